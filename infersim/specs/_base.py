@@ -1,0 +1,102 @@
+"""Spec base class: frozen pydantic models, unknown keys rejected, errors that name the field.
+
+Every profile is plain YAML read with ``yaml.safe_load`` (no tags, no templating) and validated
+once into a frozen tree. Validation errors become ``SpecError`` naming the file and the dotted
+field path.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from ..errors import SpecError
+
+S = TypeVar("S", bound="Spec")
+
+DateStr = Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v, (_dt.date, _dt.datetime)) else v)]
+"""A date written as YYYY-MM or YYYY-MM-DD (YAML may parse the latter as a date)."""
+
+
+class Spec(BaseModel):
+    """Base of every spec: frozen, extra keys forbidden, attribute docstrings become descriptions."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_default=True,
+        allow_inf_nan=False,
+    )
+
+
+def format_validation_error(err: ValidationError) -> tuple[str, str]:
+    """First error of a pydantic ValidationError as (dotted path, message)."""
+    first = err.errors()[0]
+    path = ".".join(str(p) for p in first.get("loc", ()) if not _is_union_tag(p))
+    msg = first.get("msg", "invalid value")
+    got = first.get("input")
+    if first.get("type") not in ("missing",) and not isinstance(got, (dict, list)):
+        text = repr(got)
+        msg = f"{msg} (got {text[:60]})"
+    return path or "<root>", msg
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic inserts the discriminator value / model name into locs of tagged unions;
+    # keep the path readable by dropping names that are not YAML keys.
+    return isinstance(part, str) and (part.startswith("function-") or part in _TAGS)
+
+
+_TAGS = {"mha", "gqa", "mla", "offline", "server", "interactive"}
+
+
+def read_yaml(path: Path) -> Any:
+    """Read a YAML file safely; any failure is a SpecError naming the file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise SpecError(f"cannot read file ({exc.strerror})", file=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"not valid UTF-8 (byte {exc.start})", file=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"invalid YAML{where}: {problem}", file=str(path)) from None
+    except RecursionError:
+        raise SpecError("YAML nested too deeply", file=str(path)) from None
+
+
+def validate_data(cls: type[S], data: Any, *, file: str | None = None) -> S:
+    """Validate a parsed mapping into ``cls``; errors become SpecError with the field path."""
+    if not isinstance(data, dict):
+        kind = type(data).__name__ if data is not None else "an empty document"
+        raise SpecError(f"expected a mapping of fields at the top level, got {kind}", file=file)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as err:
+        path, msg = format_validation_error(err)
+        raise SpecError(msg, file=file, path=path) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # raised inside validators
+        raise SpecError(str(exc), file=file) from None
+
+
+def load_spec(cls: type[S], path: Path | str) -> S:
+    """Load and validate one YAML spec file."""
+    path = Path(path)
+    return validate_data(cls, read_yaml(path), file=str(path))
+
+
+def dump_spec(spec: Spec) -> str:
+    """Serialize a spec back to YAML (round-trips through ``validate_data``)."""
+    data = spec.model_dump(mode="json", exclude_none=False, by_alias=True)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)

@@ -1,0 +1,215 @@
+"""Hardware profile: one accelerator and the system it sits in.
+
+Spec-sheet numbers (dense peaks, HBM, links, power, price) with their sources, plus a small set of
+named efficiency parameters — the only free parameters of the cost model for this hardware.
+Values are in the units their field names carry; ``flop_rate``/``bandwidth`` helpers return SI.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from ..units import GIB, PRECISIONS, US, gb_s_to_bandwidth, gbit_s_to_bandwidth, tb_s_to_bandwidth
+from ._base import DateStr, Spec
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4"]
+Fraction = Field(gt=0, le=1)
+
+
+class DenseTflops(Spec):
+    """Dense (no 2:4 sparsity) tensor peak per precision, TFLOP/s (TOP/s for int8); null = unsupported."""
+
+    fp32: PositiveFloat | None = None
+    """FP32 peak, TFLOP/s (non-tensor or tensor FP32 as the datasheet gives it)."""
+    tf32: PositiveFloat | None = None
+    """TF32 tensor peak, dense, TFLOP/s."""
+    bf16: PositiveFloat | None = None
+    """BF16 tensor peak, dense, TFLOP/s."""
+    fp16: PositiveFloat | None = None
+    """FP16 tensor peak, dense, TFLOP/s."""
+    fp8: PositiveFloat | None = None
+    """FP8 tensor peak, dense, TFLOP/s."""
+    int8: PositiveFloat | None = None
+    """INT8 tensor peak, dense, TOP/s."""
+    fp6: PositiveFloat | None = None
+    """FP6 tensor peak, dense, TFLOP/s."""
+    fp4: PositiveFloat | None = None
+    """FP4 tensor peak, dense, TFLOP/s."""
+
+    @model_validator(mode="after")
+    def _some_precision(self):
+        if self.bf16 is None and self.fp16 is None:
+            raise ValueError("dense_tflops needs at least bf16 or fp16")
+        return self
+
+
+class ComputeSpec(Spec):
+    dense_tflops: DenseTflops
+    """Dense peak per precision (datasheet; sparse figures halved)."""
+
+    def flop_rate(self, precision: str) -> float:
+        """Dense peak for ``precision`` in FLOP/s; an unsupported precision runs at the next
+        wider supported one (e.g. fp4 weights on H100 compute in fp8)."""
+        start = PRECISIONS.index(precision)
+        for p in reversed(PRECISIONS[: start + 1]):
+            if p in ("int8", "fp32", "tf32"):
+                continue  # LLM GEMMs fall back through the float tensor formats
+            value = getattr(self.dense_tflops, p)
+            if value is not None:
+                return value * 1e12
+        return (self.dense_tflops.bf16 or self.dense_tflops.fp16) * 1e12
+
+    def supports(self, precision: str) -> bool:
+        """True when the datasheet gives a native rate for ``precision``."""
+        return getattr(self.dense_tflops, precision) is not None
+
+
+class MemorySpec(Spec):
+    hbm_capacity_gib: PositiveFloat = Field(le=1e5)
+    """Accelerator memory capacity as labelled by the vendor (GB labels are binary-derived), GiB."""
+    hbm_bandwidth_tb_s: PositiveFloat = Field(le=1e3)
+    """Peak memory bandwidth, TB/s (decimal)."""
+    type: str | None = None
+    """Memory technology (HBM3e, GDDR6, ...), informational."""
+
+    @cached_property
+    def capacity_bytes(self) -> float:
+        return self.hbm_capacity_gib * GIB
+
+    @cached_property
+    def bandwidth(self) -> float:
+        """Peak memory bandwidth, B/s."""
+        return tb_s_to_bandwidth(self.hbm_bandwidth_tb_s)
+
+
+class ScaleUpSpec(Spec):
+    """The scale-up domain: NVLink/NVSwitch, Infinity Fabric (xGMI), TPU ICI, or PCIe."""
+
+    technology: str
+    """Link technology, informational (e.g. 'NVLink 5 + NVSwitch')."""
+    domain_size: PositiveInt = Field(le=100_000)
+    """Accelerators reachable over the scale-up fabric (1 = none)."""
+    bandwidth_gb_s: PositiveFloat = Field(le=1e5)
+    """Per-accelerator unidirectional scale-up bandwidth, GB/s (decimal)."""
+    latency_us: PositiveFloat = Field(le=1e4)
+    """Per-hop latency of a collective step on this fabric, microseconds."""
+    topology: Literal["switch", "mesh", "torus", "pcie"]
+    """switch: full bandwidth to any peer; mesh: point-to-point links (a peer gets
+    bandwidth/(domain-1)); torus: neighbour links (TPU ICI); pcie: host bridge."""
+
+    @cached_property
+    def bandwidth(self) -> float:
+        """Unidirectional per-accelerator bandwidth, B/s."""
+        return gb_s_to_bandwidth(self.bandwidth_gb_s)
+
+
+class ScaleOutSpec(Spec):
+    """The network between scale-up domains."""
+
+    technology: str
+    """NIC / fabric, informational."""
+    bandwidth_gbit_s: PositiveFloat = Field(le=1e5)
+    """Per-accelerator NIC bandwidth, Gbit/s per direction."""
+    latency_us: PositiveFloat = Field(le=1e5)
+    """Per-hop latency across the network, microseconds."""
+
+    @cached_property
+    def bandwidth(self) -> float:
+        """Per-accelerator bandwidth, B/s."""
+        return gbit_s_to_bandwidth(self.bandwidth_gbit_s)
+
+
+class PriceSpec(Spec):
+    usd_per_hour: PositiveFloat = Field(le=1e4)
+    """Price per accelerator-hour, US$ (cloud on-demand unless the note says otherwise)."""
+    is_estimate: bool = True
+    """True when the figure is an estimate (all bundled prices are)."""
+    source: str
+    """Where the figure comes from, or how the default was derived."""
+    date: DateStr
+    """When the figure was observed (YYYY-MM or YYYY-MM-DD)."""
+    capex_usd: PositiveFloat | None = None
+    """Purchase price per accelerator incl. its share of the system, US$ (TCO mode); estimate."""
+
+
+class CalibrationRecord(Spec):
+    """Provenance written by ``infersim calibrate``."""
+
+    data: str
+    """Data file the parameters were fitted on."""
+    date: DateStr
+    """Fit date (ISO)."""
+    rows: int
+    """Rows used in the fit."""
+    residual_median_ape: float
+    """In-sample median absolute percentage error after the fit, %."""
+    parameters: list[str]
+    """Names of the efficiency parameters that were fitted."""
+
+
+class EfficiencySpec(Spec):
+    """Named efficiency parameters: the only free parameters of the cost model per hardware.
+
+    Defaults are spec-sheet-derived public measurements (see ``source``); ``infersim calibrate``
+    may refit them and records provenance under ``calibration``.
+    """
+
+    compute_fraction: float = Field(default=0.75, gt=0, le=1)
+    """Achievable fraction of dense peak for large GEMMs (max achievable matmul FLOPS / peak)."""
+    memory_fraction: float = Field(default=0.8, gt=0, le=1)
+    """Achievable fraction of peak HBM bandwidth for streaming reads."""
+    attention_fraction: float = Field(default=0.5, gt=0, le=1)
+    """Achievable fraction of dense peak in attention kernels (FlashAttention-class prefill)."""
+    gemm_m_half: NonNegativeFloat = Field(default=32.0, le=1e6)
+    """GEMM rows (tokens) at which compute efficiency falls to half of compute_fraction; models
+    tile under-utilisation of small-M GEMMs: eff(m) = compute_fraction * m / (m + gemm_m_half)."""
+    comm_fraction: float = Field(default=0.8, gt=0, le=1)
+    """Achievable fraction of link bandwidth in collectives (NCCL ring bus bandwidth / spec)."""
+    launch_overhead_us: NonNegativeFloat = Field(default=4.0, le=1e4)
+    """Host launch + sync cost per kernel without graph capture, microseconds."""
+    step_overhead_ms: NonNegativeFloat = Field(default=0.5, le=1e4)
+    """Fixed scheduler / sampling / host cost per engine step, milliseconds."""
+    source: list[str] = Field(default_factory=list)
+    """Where the default values come from."""
+    calibration: CalibrationRecord | None = None
+    """Set by ``infersim calibrate``: data, date and residual of the fit."""
+
+
+# The parameters calibrate may fit (a module constant, not a model field).
+CALIBRATABLE_EFFICIENCY: tuple[str, ...] = (
+    "compute_fraction",
+    "memory_fraction",
+    "attention_fraction",
+    "step_overhead_ms",
+)
+
+
+class HardwareSpec(Spec):
+    """One accelerator and its system: compute, memory, interconnect, power and price."""
+
+    name: str
+    """Human-readable name."""
+    vendor: str
+    """Vendor name."""
+    release_year: int | None = Field(default=None, ge=2000, le=2100)
+    """Year of general availability."""
+    source: list[str] = Field(min_length=1)
+    """Datasheets and measurements every number in this file comes from."""
+    compute: ComputeSpec
+    memory: MemorySpec
+    scale_up: ScaleUpSpec
+    scale_out: ScaleOutSpec
+    tdp_w: PositiveFloat | None = Field(default=None, le=1e5)
+    """Board power at maximum, watts (null where unpublished)."""
+    price: PriceSpec
+    efficiency: EfficiencySpec = EfficiencySpec()
+    notes: list[str] = Field(default_factory=list)
+    """Free-text notes (label disagreements, estimates)."""
+
+    @property
+    def launch_overhead(self) -> float:
+        """Per-kernel launch overhead, seconds."""
+        return self.efficiency.launch_overhead_us * US
