@@ -34,16 +34,38 @@ class Spec(BaseModel):
     )
 
 
-def format_validation_error(err: ValidationError) -> tuple[str, str]:
-    """First error of a pydantic ValidationError as (dotted path, message)."""
+def format_validation_error(err: ValidationError, data: Any = None) -> tuple[str, str]:
+    """First error of a pydantic ValidationError as (dotted path, message).
+
+    With the validated ``data`` the path keeps only the parts that are keys (or list indices) of
+    the document, plus a final missing key; pydantic's union-branch labels (``literal[...]``,
+    ``float``, discriminator values) are dropped.
+    """
     first = err.errors()[0]
-    path = ".".join(str(p) for p in first.get("loc", ()) if not _is_union_tag(p))
+    loc = first.get("loc", ())
+    if data is None:
+        path = ".".join(str(p) for p in loc if not _is_union_tag(p))
+    else:
+        path = _document_path(loc, data)
     msg = first.get("msg", "invalid value")
     got = first.get("input")
     if first.get("type") not in ("missing",) and not isinstance(got, (dict, list)):
         text = repr(got)
         msg = f"{msg} (got {text[:60]})"
     return path or "<root>", msg
+
+
+def _document_path(loc: tuple, data: Any) -> str:
+    parts, node = [], data
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not (i == len(loc) - 1 and isinstance(node, dict) and not _is_union_tag(part)):
+            continue  # a union-branch label; a missing key is the last part, inside a mapping
+        parts.append(str(part))
+    return ".".join(parts)
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -74,6 +96,8 @@ def read_yaml(path: Path) -> Any:
         raise SpecError(f"invalid YAML{where}: {problem}", file=str(path)) from None
     except RecursionError:
         raise SpecError("YAML nested too deeply", file=str(path)) from None
+    except (ValueError, OverflowError) as exc:  # scalar constructors: 2001-13-01, ints past the digit limit
+        raise SpecError(f"invalid YAML value: {exc}", file=str(path)) from None
 
 
 def validate_data(cls: type[S], data: Any, *, file: str | None = None) -> S:
@@ -84,7 +108,7 @@ def validate_data(cls: type[S], data: Any, *, file: str | None = None) -> S:
     try:
         return cls.model_validate(data)
     except ValidationError as err:
-        path, msg = format_validation_error(err)
+        path, msg = format_validation_error(err, data)
         raise SpecError(msg, file=file, path=path) from None
     except (ValueError, TypeError, OverflowError) as exc:  # raised inside validators
         raise SpecError(str(exc), file=file) from None

@@ -74,6 +74,11 @@ class MemorySpec(Spec):
     """Peak memory bandwidth, TB/s (decimal)."""
     type: str | None = None
     """Memory technology (HBM3e, GDDR6, ...), informational."""
+    reserve_gib: float = Field(default=4.0, ge=0, le=1e4)
+    """Memory held by the runtime (context, workspaces, fragmentation), GiB; default estimate."""
+    kv_fraction: float = Field(default=0.92, gt=0, le=1)
+    """Fraction of the memory left after weights and reserve that the engine gives the KV cache
+    (TensorRT-LLM kvcache_free_gpu_mem_frac 0.9-0.95 in MLPerf configs)."""
 
     @cached_property
     def capacity_bytes(self) -> float:

@@ -85,6 +85,8 @@ def length_support(spec: LengthSpec, n: int = 64) -> tuple[np.ndarray, np.ndarra
         w = np.array([h[1] for h in spec.histogram], float)
         return x, w / w.sum()
     knots = [(q, v) for q, v in ((0.5, spec.p50), (0.9, spec.p90), (0.99, spec.p99), (1.0, spec.max)) if v is not None]
+    if len(knots) == 1 and spec.max is not None:
+        knots = []  # a cap alone says nothing about the shape: keep the length fixed at the mean
     if not knots:
         return np.array([spec.mean]), np.array([1.0])
     u = (np.arange(n) + 0.5) / n

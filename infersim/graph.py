@@ -1,0 +1,456 @@
+"""Operator graph: per-device operator records for one engine step of one pipeline stage.
+
+One set of block builders serves both phases; the phase enters only through the ``Shape`` (how
+many sequences decode, with how much context, and how many prompt tokens are prefilled in the
+same step). Every numeric field may be a numpy array broadcasting over a configuration grid.
+Layer counts become the op's ``count`` (layers per pipeline stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any
+
+import numpy as np
+
+from .specs.model import GqaAttention, MlaAttention, ModelSpec
+from .units import BYTES_PER_ELEMENT, PRECISIONS
+
+ArrayLike = Any
+
+
+class OpKind(str, Enum):
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+    COMM = "comm"
+    KV_TRANSFER = "kv_transfer"
+
+
+class Collective(str, Enum):
+    ALL_REDUCE = "all_reduce"
+    ALL_GATHER = "all_gather"
+    ALL_TO_ALL = "all_to_all"
+    P2P = "p2p"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator (or collective) repeated ``count`` times per stage step, per device.
+
+    ``flops`` is a count of floating-point operations, ``bytes`` the HBM traffic (read + write)
+    for compute ops or the payload per device for collectives. ``m`` is the GEMM row count that
+    sets small-GEMM efficiency. ``group`` is the collective's participant count.
+    """
+
+    name: str
+    kind: OpKind
+    count: ArrayLike
+    flops: ArrayLike = 0.0
+    bytes: ArrayLike = 0.0
+    precision: str = "bf16"
+    m: ArrayLike | None = None
+    collective: Collective | None = None
+    group: ArrayLike = 1
+    fusable: bool = False
+    """Elementwise op that a fusion pass may fold into its producer."""
+    block: str = ""
+    """Which block the op belongs to (attention, mlp, moe, head), for breakdowns."""
+
+
+@dataclass(frozen=True)
+class Formats:
+    """Resolved numeric formats of one configuration."""
+
+    weights: str
+    activations: str
+    kv_cache: str
+
+    @property
+    def gemm(self) -> str:
+        """GEMMs run at the wider of the weight and activation formats."""
+        return max(self.weights, self.activations, key=lambda p: BYTES_PER_ELEMENT[p])
+
+    @property
+    def attention(self) -> str:
+        """Attention runs in fp8 when the KV cache is fp8 (FP8 FMHA), else in 16 bit."""
+        return "fp8" if BYTES_PER_ELEMENT[self.kv_cache] <= 1 else "bf16"
+
+    @property
+    def wb(self) -> float:
+        return BYTES_PER_ELEMENT[self.weights]
+
+    @property
+    def ab(self) -> float:
+        return BYTES_PER_ELEMENT[self.activations] if self.activations in ("fp8", "bf16", "fp16") else 1.0
+
+    @property
+    def kvb(self) -> float:
+        return BYTES_PER_ELEMENT[self.kv_cache]
+
+
+HIDDEN_BYTES = 2.0
+"""Residual-stream activations stay 16 bit between blocks (norm inputs, all-reduce payloads)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Parallel layout of one serving instance (a model replica), arrays broadcastable.
+
+    tp: tensor-parallel ranks per pipeline stage; pp: pipeline stages; ep: expert-parallel ranks
+    (divides tp; experts' intermediate dims split by tp/ep); dp: attention data parallelism
+    inside the tp group (divides tp; attention runs with tp/dp head shards on 1/dp of the
+    sequences). An instance occupies tp*pp accelerators.
+    """
+
+    tp: ArrayLike = 1
+    pp: ArrayLike = 1
+    ep: ArrayLike = 1
+    dp: ArrayLike = 1
+
+    @property
+    def attn_tp(self):
+        return self.tp / self.dp
+
+    @property
+    def moe_tp(self):
+        return self.tp / self.ep
+
+    @property
+    def size(self):
+        return self.tp * self.pp
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Work of one engine step of one instance (before pipeline micro-batching).
+
+    decode_seqs sequences each process ``decode_q`` query tokens against ``decode_ctx`` cached
+    tokens; ``prefill_seqs`` prompts (a steady-state average, may be fractional) of mean length
+    ``prefill_len`` and mean square length ``prefill_len_sq`` run in the same step.
+    """
+
+    decode_seqs: ArrayLike = 0.0
+    decode_q: ArrayLike = 1.0
+    decode_ctx: ArrayLike = 0.0
+    prefill_seqs: ArrayLike = 0.0
+    prefill_len: ArrayLike = 0.0
+    prefill_len_sq: ArrayLike = 0.0
+
+    @property
+    def decode_tokens(self):
+        return self.decode_seqs * self.decode_q
+
+    @property
+    def prefill_tokens(self):
+        return self.prefill_seqs * self.prefill_len
+
+    @property
+    def new_tokens(self):
+        return self.decode_tokens + self.prefill_tokens
+
+    @property
+    def logit_tokens(self):
+        """Tokens that need logits: every decode query token and each prompt's last token."""
+        return self.decode_tokens + self.prefill_seqs
+
+    def scaled(self, factor) -> "Shape":
+        """The same step with sequence counts scaled (pipeline micro-batch: factor = 1/pp)."""
+        return replace(self, decode_seqs=self.decode_seqs * factor, prefill_seqs=self.prefill_seqs * factor)
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """Operators of one pipeline stage's step on one device, plus the phase label."""
+
+    ops: tuple[Op, ...]
+    phase: str = "mixed"
+    passes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __add__(self, other: "OpGraph") -> "OpGraph":
+        return replace(self, ops=self.ops + other.ops)
+
+
+# ---- shape helpers ---------------------------------------------------------------------------
+
+
+def gemm(name, m, n, k, count, fmt: Formats, block: str, weight_bytes=None, m_eff=None) -> Op:
+    """GEMM of an [m, k] activation by a [k, n] weight.
+
+    Notes
+    -----
+    FLOPs = 2·m·n·k. Bytes = k·n·weight_bytes + m·k·act_bytes (in) + m·n·2 (out, 16 bit).
+    ``weight_bytes`` overrides the weight traffic (MoE reads only the experts it touches);
+    ``m_eff`` overrides the row count used for small-GEMM efficiency (rows per expert).
+    """
+    wbytes = k * n * fmt.wb if weight_bytes is None else weight_bytes
+    wbytes = np.where(np.asarray(m) > 0, wbytes, 0.0)  # an empty GEMM is not launched
+    traffic = wbytes + m * k * fmt.ab + m * n * HIDDEN_BYTES
+    return Op(name, OpKind.GEMM, count, flops=2.0 * m * n * k, bytes=traffic, precision=fmt.gemm,
+              m=m if m_eff is None else m_eff, block=block)
+
+
+def elementwise(name, elements, count, block: str, passes: float = 2.0) -> Op:
+    """Memory-bound elementwise op over ``elements`` 16-bit values (read + write = 2 passes)."""
+    return Op(name, OpKind.ELEMENTWISE, count, flops=0.0, bytes=passes * elements * HIDDEN_BYTES,
+              fusable=True, block=block)
+
+
+def collective(name, kind: Collective, payload_bytes, group, count, block: str) -> Op:
+    """A collective over ``group`` ranks carrying ``payload_bytes`` per rank."""
+    return Op(name, OpKind.COMM, count, bytes=payload_bytes, collective=kind, group=group, block=block)
+
+
+# ---- attention ------------------------------------------------------------------------------
+
+
+def _window_pairs(shape: Shape, window):
+    """(decode, prefill) query-key pairs per step for layers with context limited to ``window``."""
+    ctx = shape.decode_ctx if window is None else np.minimum(shape.decode_ctx, window)
+    dec = shape.decode_tokens * ctx
+    if window is None:
+        pre = shape.prefill_seqs * 0.5 * (shape.prefill_len_sq + shape.prefill_len)
+    else:
+        L = shape.prefill_len
+        pre = shape.prefill_seqs * np.where(L > window, window * L - 0.5 * window * window, 0.5 * (shape.prefill_len_sq + L))
+    return dec, pre, ctx
+
+
+def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout: Layout, fmt: Formats, layers) -> list[Op]:
+    """Q/K/V/O projections and the attention core for GQA/MHA layers.
+
+    Notes
+    -----
+    Heads split over attn_tp = tp/dp ranks; KV heads are replicated when attn_tp > n_kv_heads.
+    Each rank handles 1/dp of the sequences. Core FLOPs = 4·pairs·heads·head_dim (QKᵀ and PV);
+    core bytes = KV read for decode (context × KV width × kv bytes) plus KV written for prefill.
+    Sliding-window layers cap the pairs and reads at the window.
+    """
+    h, d = model.hidden_size, att.head_dim
+    a = layout.attn_tp
+    heads = att.n_heads / a
+    kv_heads = np.maximum(att.n_kv_heads, a) / a
+    t = shape.new_tokens / layout.dp
+    ops = [
+        gemm("qkv_proj", t, (heads + 2 * kv_heads) * d, h, layers, fmt, "attention"),
+        gemm("o_proj", t, h, heads * d, layers, fmt, "attention"),
+    ]
+    groups = [(model.n_full_attention_layers, None)]
+    if att.n_sliding_layers:
+        groups = [(model.n_full_attention_layers, None), (att.n_sliding_layers, att.sliding_window_tokens)]
+    for n_layers, window in groups:
+        frac = layers * (n_layers / model.n_layers)
+        dec, pre, ctx = _window_pairs(shape, window)
+        pairs = (dec + pre) / layout.dp
+        kv_read = shape.decode_seqs * ctx / layout.dp * 2 * kv_heads * d * fmt.kvb
+        kv_write = shape.new_tokens / layout.dp * 2 * kv_heads * d * fmt.kvb
+        q_io = 2 * t * heads * d * HIDDEN_BYTES
+        name = "attention" if window is None else "attention_sliding"
+        ops.append(Op(name, OpKind.ATTENTION, frac, flops=4.0 * pairs * heads * d,
+                      bytes=kv_read + kv_write + q_io, precision=fmt.attention, block="attention"))
+    ops.append(elementwise("rope", t * (heads + kv_heads) * d, layers, "attention"))
+    if att.qk_norm:
+        ops.append(elementwise("qk_norm", t * (heads + kv_heads) * d, layers, "attention"))
+    return ops
+
+
+def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout: Layout, fmt: Formats, layers) -> list[Op]:
+    """Multi-head latent attention: naive form for prefill tokens, absorbed form for decode.
+
+    Notes
+    -----
+    Latent KV (kv_lora_rank + rope dims per token per layer) is not split by heads, so every
+    attention-TP rank caches and reads the full latent of its sequences (attention DP avoids the
+    replication). Prefill: K/V up-projected, core FLOPs 2·pairs·H·(qk_dim + v_dim). Decode
+    (absorbed W_UK/W_UV): core FLOPs 2·pairs·H·(2·kv_lora + rope), plus per-token absorption
+    GEMMs 2·H·nope·kv_lora and 2·H·kv_lora·v.
+    References: DeepSeek-V2 (arXiv 2405.04434) section 2.1; DeepSeek-V3 config.
+    """
+    h, H = model.hidden_size, att.n_heads
+    a = layout.attn_tp
+    heads = H / a
+    r, rope, nope, vd = att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
+    t = shape.new_tokens / layout.dp
+    td = shape.decode_tokens / layout.dp
+    tp_ = shape.prefill_tokens / layout.dp
+    ops = []
+    if att.q_lora_rank:
+        ops.append(gemm("q_a_proj", t, att.q_lora_rank, h, layers, fmt, "attention"))
+        ops.append(gemm("q_b_proj", t, heads * (nope + rope), att.q_lora_rank, layers, fmt, "attention"))
+    else:
+        ops.append(gemm("q_proj", t, heads * (nope + rope), h, layers, fmt, "attention"))
+    ops.append(gemm("kv_a_proj", t, r + rope, h, layers, fmt, "attention"))
+    # prefill: expand the latent into per-head K_nope and V
+    ops.append(gemm("kv_b_proj", tp_, heads * (nope + vd), r, layers, fmt, "attention"))
+    # decode: absorb W_UK into the query and W_UV into the output
+    ops.append(gemm("q_absorb", td, r, heads * nope, layers, fmt, "attention", weight_bytes=heads * nope * r * fmt.wb))
+    ops.append(gemm("v_absorb", td, heads * vd, r, layers, fmt, "attention", weight_bytes=heads * vd * r * fmt.wb))
+    dec, pre, ctx = _window_pairs(shape, None)
+    latent = (r + rope) * fmt.kvb
+    kv_read = shape.decode_seqs * ctx / layout.dp * latent
+    kv_write = shape.new_tokens / layout.dp * latent
+    ops.append(Op("attention", OpKind.ATTENTION, layers,
+                  flops=2.0 * heads * ((dec / layout.dp) * (2 * r + rope) + (pre / layout.dp) * (nope + rope + vd)),
+                  bytes=kv_read + kv_write + 2 * t * heads * (r + rope) * HIDDEN_BYTES,
+                  precision=fmt.attention, block="attention"))
+    ops.append(gemm("o_proj", t, h, heads * vd, layers, fmt, "attention"))
+    ops.append(elementwise("rope_latent_norm", t * (heads * rope + r + rope), layers, "attention"))
+    return ops
+
+
+def attention_ops(model, shape, layout, fmt, layers) -> list[Op]:
+    att = model.attention
+    ops = (mla_attention_ops if isinstance(att, MlaAttention) else gqa_attention_ops)(model, att, shape, layout, fmt, layers)
+    t = shape.new_tokens / layout.dp
+    ops.append(collective("attn_all_reduce", Collective.ALL_REDUCE, t * model.hidden_size * HIDDEN_BYTES,
+                          layout.attn_tp, layers, "attention"))
+    return ops
+
+
+# ---- feed-forward ---------------------------------------------------------------------------
+
+
+def dense_mlp_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers) -> list[Op]:
+    """Gated MLP (gate+up fused, activation, down), split over the attention-TP group."""
+    h, inter = model.hidden_size, model.intermediate_size or 0
+    a = layout.attn_tp
+    t = shape.new_tokens / layout.dp
+    return [
+        gemm("mlp_gate_up", t, 2 * inter / a, h, layers, fmt, "mlp"),
+        elementwise("mlp_act", t * inter / a, layers, "mlp", passes=1.5),
+        gemm("mlp_down", t, h, inter / a, layers, fmt, "mlp"),
+        collective("mlp_all_reduce", Collective.ALL_REDUCE, t * h * HIDDEN_BYTES, a, layers, "mlp"),
+    ]
+
+
+def expected_experts_touched(n_experts, top_k, tokens):
+    """Expected number of distinct experts hit by ``tokens`` tokens routing top-k of E.
+
+    Notes
+    -----
+    E·(1 − (1 − k/E)^T), assuming independent uniform routing (a lower bound on traffic under
+    skewed routing). 1 token → k experts; many tokens → E.
+    """
+    tokens = np.maximum(tokens, 0.0)
+    return n_experts * (1.0 - np.power(1.0 - top_k / n_experts, tokens))
+
+
+def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers, imbalance=1.0,
+            dispatch_bytes: float | None = None) -> list[Op]:
+    """Router, routed experts as grouped GEMMs, shared experts, and EP dispatch/combine.
+
+    Notes
+    -----
+    Tokens of the instance step (T) are spread over tp ranks; each makes top_k expert
+    assignments. An EP rank hosts E/ep experts, each split tp/ep ways. Per device:
+    assignments = T·k/ep·imbalance; FLOPs = 2·assignments·3·h·I_e/(tp/ep); weights read are the
+    experts touched on this rank: (E/ep)·(1−(1−k/E)^T)·3·h·I_e/(tp/ep)·bytes. Dispatch and
+    combine are all-to-alls of (T/tp)·k·h elements per rank over the ep group.
+    """
+    moe = model.moe
+    h, E, k, inter = model.hidden_size, moe.n_routed_experts, moe.top_k, moe.expert_intermediate_size
+    T = shape.new_tokens
+    t_rank = T / layout.tp
+    assignments = T * k / layout.ep * imbalance
+    experts_here = expected_experts_touched(E, k, T) / layout.ep
+    per_expert_m = T * k / E
+    mt = layout.moe_tp
+    w_expert = 3.0 * h * inter / mt * fmt.wb
+    a = layout.attn_tp
+    t_attn = T / layout.dp
+    ops = [
+        gemm("router", t_attn, E, h, layers, fmt, "moe"),
+        gemm("experts_gate_up", assignments, 2 * inter / mt, h, layers, fmt, "moe",
+             weight_bytes=experts_here * w_expert * (2 / 3), m_eff=per_expert_m),
+        elementwise("experts_act", assignments * inter / mt, layers, "moe", passes=1.5),
+        gemm("experts_down", assignments, h, inter / mt, layers, fmt, "moe",
+             weight_bytes=experts_here * w_expert * (1 / 3), m_eff=per_expert_m),
+    ]
+    if moe.n_shared_experts:
+        s_inter = moe.n_shared_experts * inter
+        ops += [
+            gemm("shared_gate_up", t_attn, 2 * s_inter / a, h, layers, fmt, "moe"),
+            gemm("shared_down", t_attn, h, s_inter / a, layers, fmt, "moe"),
+        ]
+    disp = fmt.ab if dispatch_bytes is None else dispatch_bytes
+    ops += [
+        collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * k * h * disp, layout.ep, layers, "moe"),
+        collective("moe_combine", Collective.ALL_TO_ALL, t_rank * k * h * HIDDEN_BYTES, layout.ep, layers, "moe"),
+        # with expert-internal TP (tp/ep > 1) partial sums are reduced across the expert shards
+        collective("moe_tp_all_reduce", Collective.ALL_REDUCE, t_rank * h * HIDDEN_BYTES, mt, layers, "moe"),
+    ]
+    return ops
+
+
+# ---- whole stage ----------------------------------------------------------------------------
+
+
+def norm_ops(model, shape, layout, layers) -> list[Op]:
+    t = shape.new_tokens / layout.dp
+    return [
+        elementwise("input_norm", t * model.hidden_size, layers, "norm"),
+        elementwise("post_attn_norm", t * model.hidden_size, layers, "norm"),
+        elementwise("residual_add", t * model.hidden_size, 2 * layers, "norm", passes=1.5),
+    ]
+
+
+def head_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> list[Op]:
+    """Embedding lookup, final norm, LM head (vocab split over attention TP) and sampling.
+
+    Counted once per step and divided by pp as an average over stages.
+    """
+    a = layout.attn_tp
+    t = shape.new_tokens / layout.dp
+    tl = shape.logit_tokens / layout.dp
+    per_stage = 1.0 / layout.pp
+    head = gemm("lm_head", tl, model.vocab_size / a, model.hidden_size, per_stage, fmt, "head",
+                weight_bytes=model.vocab_size / a * model.hidden_size * HIDDEN_BYTES)
+    return [
+        elementwise("embedding", t * model.hidden_size, per_stage, "head", passes=1.0),
+        elementwise("final_norm", tl * model.hidden_size, per_stage, "head"),
+        head,
+        elementwise("sampling", tl * model.vocab_size / a, per_stage, "head", passes=2.0),
+        collective("pp_send", Collective.P2P, t * model.hidden_size * HIDDEN_BYTES,
+                   np.minimum(layout.pp, 2), (layout.pp - 1) / layout.pp, "head"),
+    ]
+
+
+def build_graph(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, *, moe_imbalance=1.0,
+                dispatch_bytes: float | None = None, phase: str = "mixed") -> OpGraph:
+    """Operators of one pipeline stage's step on one device.
+
+    ``shape`` is the micro-batch one stage processes (already divided by pp when pipelining).
+    Layer counts are per stage: layers / pp.
+    """
+    per_stage = 1.0 / layout.pp
+    ops: list[Op] = []
+    ops += norm_ops(model, shape, layout, model.n_layers * per_stage)
+    ops += attention_ops(model, shape, layout, fmt, model.n_layers * per_stage)
+    if model.n_dense_layers:
+        ops += dense_mlp_ops(model, shape, layout, fmt, model.n_dense_layers * per_stage)
+    if model.n_moe_layers:
+        ops += moe_ops(model, shape, layout, fmt, model.n_moe_layers * per_stage, moe_imbalance, dispatch_bytes)
+    ops += head_ops(model, shape, layout, fmt)
+    return OpGraph(tuple(ops), phase=phase)
+
+
+def narrowest_supported(hw, candidates=("fp4", "fp8", "bf16")) -> str:
+    """Narrowest precision in ``candidates`` with a native rate on ``hw``."""
+    for p in candidates:
+        if hw.compute.supports(p):
+            return p
+    return "bf16"
+
+
+def resolve_formats(precision_spec, hw) -> Formats:
+    """Turn a scenario's PrecisionSpec ('auto' allowed) into concrete formats for ``hw``."""
+    w = precision_spec.weights
+    w = narrowest_supported(hw) if w == "auto" else w
+    act = precision_spec.activations
+    act = w if act == "auto" else act
+    kv = precision_spec.kv_cache
+    kv = narrowest_supported(hw, ("fp8", "bf16")) if kv == "auto" else kv
+    for p in (w, act, kv):
+        assert p in PRECISIONS
+    return Formats(weights=w, activations=act, kv_cache=kv)

@@ -1,0 +1,78 @@
+"""The plan: everything the cost model needs besides the configuration grid.
+
+A ``Plan`` binds the specs (hardware, model, workload) with the serving knobs that optimizations
+change. Optimizations are pure transforms ``Plan -> Plan`` (see ``infersim.optimizations``); the
+cost code reads only numeric fields here and never asks which optimization is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .graph import Formats, OpGraph
+from .specs.hardware import HardwareSpec
+from .specs.model import ModelSpec
+
+GraphPass = Callable[[OpGraph], OpGraph]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Which layouts and batches the search may use (fixed values come from the CLI)."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    batch: tuple[float, ...] | None = None
+    max_batch: float | None = None
+    attention_dp: bool = False
+    """Allow attention data parallelism (dp = tp) for MoE models."""
+    ep_max: int | None = None
+    """Largest expert-parallel group (None: the scale-up domain); WideEP raises it."""
+
+
+@dataclass(frozen=True)
+class Serving:
+    """Serving-stage knobs."""
+
+    tokens_per_step: float = 1.0
+    """Expected output tokens per sequence per decode step (1 + accepted draft tokens with MTP)."""
+    draft_depth: int = 0
+    """Draft tokens verified per step (MTP / speculative decoding)."""
+    prefix_hit: float = 0.0
+    """Fraction of input tokens whose KV is found in cache (skipped by prefill)."""
+    disaggregated: bool = False
+    """Prefill and decode run on separate pools."""
+    kv_transfer_fraction_exposed: float = 1.0
+    """Share of the KV-cache transfer time not hidden behind prefill (disaggregation)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    hardware: HardwareSpec
+    model: ModelSpec
+    formats: Formats
+    graph_passes: tuple[tuple[str, GraphPass], ...] = ()
+    """Named graph transforms applied to every step's operator graph (fusion)."""
+    launch_scale: float = 1.0
+    """Remaining fraction of per-kernel launch overhead (graph capture lowers it)."""
+    comm_overlap: float = 0.0
+    """Fraction of communication time hidden behind compute (two-batch overlap)."""
+    overlap_min_tokens: float = 0.0
+    """Tokens per device below which overlap is not used (it would cost more than it hides)."""
+    moe_imbalance: float = 1.0
+    """Max/mean expert load across EP ranks (1 = perfect balance)."""
+    moe_imbalance_noise: float = 0.0
+    """z-score multiplier of the sampling-noise imbalance term sqrt(ep/(tokens·k))."""
+    dispatch_bytes: float | None = None
+    """Bytes per element of MoE dispatch payloads (None: activation format)."""
+    kernel_efficiency: float = 1.0
+    """Software maturity multiplier on compute/attention efficiency (per-round preset)."""
+    host_overhead_scale: float = 1.0
+    """Multiplier on the hardware's per-step host overhead (per-round preset)."""
+    search: SearchSpace = field(default_factory=SearchSpace)
+    serving: Serving = field(default_factory=Serving)
+    applied: tuple[str, ...] = ()
+    """Names of the optimizations applied, in order (for reports)."""
