@@ -37,6 +37,44 @@ class StepCost:
     by_op: dict[str, np.ndarray] | None = None
 
 
+def moe_imbalance(plan: Plan, layout: Layout, tokens):
+    """Max/mean expert-parallel load of a MoE layer (1 for dense models or ep = 1).
+
+    Notes
+    -----
+    I = 1 + cv·(1 − e_eplb)·sqrt(2·ln ep)/sqrt(E/ep) + z·sqrt(ep/(T·k)): the expected maximum of
+    ep per-rank loads, each a sum of E/ep experts whose popularity has coefficient of variation
+    cv, with balancing removing a share e_eplb of the skew, plus token-sampling noise.
+    Reference: shared/reference/effects.md section 4 (EPLB 2.54x decode at EP72; I ~ 1.18 at
+    default balance in prefill).
+    """
+    moe = plan.model.moe
+    if moe is None:
+        return 1.0
+    ep = np.asarray(layout.ep, dtype=float)
+    experts_per_rank = moe.n_routed_experts / ep
+    skew = plan.moe_popularity_cv * (1 - plan.eplb_efficiency) * np.sqrt(2 * np.log(np.maximum(ep, 1))) / np.sqrt(experts_per_rank)
+    noise = plan.moe_imbalance_noise * np.sqrt(ep / np.maximum(tokens * moe.top_k, 1.0))
+    return np.where(ep > 1, 1.0 + skew + np.minimum(noise, ep - 1), 1.0)
+
+
+def draft_graph(plan: Plan, layout: Layout, stage_shape: Shape, imbalance):
+    """Drafting ops: ``draft_layers`` decoder layers (plus LM head per depth) on one token per
+    sequence, the MTP module's sequential passes (DeepSeek-V3 MTP; EAGLE-style heads alike)."""
+    from dataclasses import replace as _replace
+
+    model = plan.model
+    one = Shape(decode_seqs=stage_shape.decode_seqs, decode_q=1.0, decode_ctx=stage_shape.decode_ctx)
+    g = build_graph(model, one, layout, plan.formats, moe_imbalance=imbalance, dispatch_bytes=plan.dispatch_bytes)
+    per_layer = plan.serving.draft_layers / model.n_layers
+    depth = max(plan.serving.draft_depth, 1)
+    ops = []
+    for op in g.ops:
+        scale = depth / np.asarray(layout.pp, dtype=float) if op.block == "head" else per_layer
+        ops.append(_replace(op, name="draft_" + op.name, count=op.count * scale))
+    return g.__class__(tuple(ops), phase="draft")
+
+
 def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False) -> StepCost:
     """Cost of one engine step of one instance (all sequences advance once).
 
@@ -51,10 +89,11 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     eff = hw.efficiency
     stage_shape = shape.scaled(1.0 / layout.pp)
     tokens_dev = stage_shape.new_tokens / layout.tp
-    imbalance = plan.moe_imbalance + plan.moe_imbalance_noise * np.sqrt(
-        layout.ep / np.maximum(stage_shape.new_tokens * (model.moe.top_k if model.moe else 1), 1.0))
+    imbalance = moe_imbalance(plan, layout, stage_shape.new_tokens)
     graph = build_graph(model, stage_shape, layout, plan.formats, moe_imbalance=imbalance,
                         dispatch_bytes=plan.dispatch_bytes)
+    if plan.serving.draft_layers > 0:
+        graph = graph + draft_graph(plan, layout, stage_shape, imbalance)
     for _, graph_pass in plan.graph_passes:
         graph = graph_pass(graph)
 

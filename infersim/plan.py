@@ -29,8 +29,8 @@ class SearchSpace:
     max_batch: float | None = None
     attention_dp: bool = False
     """Allow attention data parallelism (dp = tp) for MoE models."""
-    ep_max: int | None = None
-    """Largest expert-parallel group (None: the scale-up domain); WideEP raises it."""
+    ep_max: int = 8
+    """Largest expert-parallel group (one 8-GPU node by default; WideEP raises it)."""
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,23 @@ class Serving:
     """Expected output tokens per sequence per decode step (1 + accepted draft tokens with MTP)."""
     draft_depth: int = 0
     """Draft tokens verified per step (MTP / speculative decoding)."""
-    prefix_hit: float = 0.0
-    """Fraction of input tokens whose KV is found in cache (skipped by prefill)."""
+    draft_layers: float = 0.0
+    """Decoder-layer equivalents run per step to produce the drafts (depth × MTP layers)."""
+    prefix_share: float = 0.0
+    """Fraction of input tokens that are a prefix shared with earlier requests (workload)."""
+    kv_aware_efficiency: float = 0.0
+    """Share of shareable prefix tokens a KV-aware router finds cached (0: load-balancing router,
+    which finds a request's prefix on its worker with probability 1/workers)."""
+    prefix_cache_tokens: float | None = None
+    """Prefix tokens each worker can keep cached (None: unlimited)."""
+    prefix_working_set_tokens: float = 1e6
+    """Distinct shareable-prefix tokens the traffic reuses (cache capacity matters below it)."""
     disaggregated: bool = False
     """Prefill and decode run on separate pools."""
-    kv_transfer_fraction_exposed: float = 1.0
+    kv_transfer_exposed: float = 1.0
     """Share of the KV-cache transfer time not hidden behind prefill (disaggregation)."""
+    prefill_chunk_tokens: float = 8192.0
+    """Prompt tokens batched per prefill step on a dedicated prefill instance."""
 
 
 @dataclass(frozen=True)
@@ -62,10 +73,12 @@ class Plan:
     """Fraction of communication time hidden behind compute (two-batch overlap)."""
     overlap_min_tokens: float = 0.0
     """Tokens per device below which overlap is not used (it would cost more than it hides)."""
-    moe_imbalance: float = 1.0
-    """Max/mean expert load across EP ranks (1 = perfect balance)."""
-    moe_imbalance_noise: float = 0.0
-    """z-score multiplier of the sampling-noise imbalance term sqrt(ep/(tokens·k))."""
+    moe_popularity_cv: float = 0.6
+    """Coefficient of variation of expert popularity (routing skew) before load balancing."""
+    eplb_efficiency: float = 0.0
+    """Share of the popularity skew removed by expert load balancing (0 = none)."""
+    moe_imbalance_noise: float = 2.0
+    """z-score of the sampling-noise term of the max-over-ranks expert load."""
     dispatch_bytes: float | None = None
     """Bytes per element of MoE dispatch payloads (None: activation format)."""
     kernel_efficiency: float = 1.0

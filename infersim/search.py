@@ -76,12 +76,13 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     if plan.search.max_batch:
         ok, reason = require(ok, reason, batch <= plan.search.max_batch, Reason.BATCH_LIMIT)
     kind = getattr(scenario, "kind", "offline")
+    workers = accelerators / (layout.tp * layout.pp)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if kind == "offline":
-            res = serving.offline(plan, layout, batch, stats)
+            res = serving.offline(plan, layout, batch, stats, workers)
         else:
             slo = scenario.slo
-            res = serving.server(plan, layout, batch, stats, percentile=slo.percentile)
+            res = serving.server(plan, layout, batch, stats, percentile=slo.percentile, workers=workers)
             finite = np.isfinite(res.ttft_p99) & np.isfinite(res.tpot_p99) & (res.prefill_share < 1)
             ok, reason = require(ok, reason, finite, Reason.SATURATED)
             if slo.ttft_ms is not None:

@@ -71,16 +71,36 @@ class ServingResult:
     """Fraction of engine time spent on prefill work."""
 
 
-def _prefill(stats: WorkloadStats, prefix_hit: float):
-    miss = 1.0 - prefix_hit
+def prefix_hit(plan: Plan, workers):
+    """Share of input tokens found in the prefix cache (broadcasts over ``workers``).
+
+    Notes
+    -----
+    Load-balancing router: h/N (a request lands on the worker holding its prefix with
+    probability 1/N). KV-aware router: h·η·min(1, N·cache/working_set).
+    Reference: shared/reference/effects.md section 3.
+    """
+    sv = plan.serving
+    workers = np.maximum(np.asarray(workers, dtype=float), 1.0)
+    if sv.prefix_share == 0:
+        return np.zeros_like(workers)
+    if sv.kv_aware_efficiency > 0:
+        cap = 1.0 if sv.prefix_cache_tokens is None else np.minimum(
+            1.0, workers * sv.prefix_cache_tokens / sv.prefix_working_set_tokens)
+        return sv.prefix_share * sv.kv_aware_efficiency * cap
+    return sv.prefix_share / workers
+
+
+def _prefill(stats: WorkloadStats, hit):
+    miss = 1.0 - hit
     return stats.isl_mean * miss, stats.isl_sq * miss * miss
 
 
-def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats) -> ServingResult:
+def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0) -> ServingResult:
     """Offline steady state: decode B sequences plus the prefills that keep B constant."""
     L = plan.serving.tokens_per_step
     q = 1.0 + plan.serving.draft_depth
-    plen, plen_sq = _prefill(stats, plan.serving.prefix_hit)
+    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     shape = Shape(decode_seqs=batch, decode_q=q, decode_ctx=stats.context_mean,
                   prefill_seqs=batch * L / stats.osl_mean, prefill_len=plen, prefill_len_sq=plen_sq)
     cost = step_cost(plan, layout, shape)
@@ -118,7 +138,8 @@ def _mixture_normal_quantile(mu, sigmas, probs, q, iters: int = 40):
     return 0.5 * (lo + hi)
 
 
-def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0) -> ServingResult:
+def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
+           workers=1.0) -> ServingResult:
     """Poisson arrivals into an aggregated continuous-batching instance at mean occupancy B.
 
     Notes
@@ -137,14 +158,14 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     q = percentile / 100.0
     L = plan.serving.tokens_per_step
     dq = 1.0 + plan.serving.draft_depth
-    plen, plen_sq = _prefill(stats, plan.serving.prefix_hit)
+    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     decode = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean)
     with_one = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
                      prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq)
     cost = step_cost(plan, layout, decode)
     t_d = cost.total
     s_mean = np.maximum(step_cost(plan, layout, with_one).total - t_d, 0.0)
-    s_sq = s_mean * s_mean * (plen_sq / max(plen * plen, 1e-30))
+    s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
     return queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
 
 

@@ -46,7 +46,7 @@ def format_validation_error(err: ValidationError, data: Any = None) -> tuple[str
     if data is None:
         path = ".".join(str(p) for p in loc if not _is_union_tag(p))
     else:
-        path = _document_path(loc, data)
+        path = _document_path(loc, data, missing=first.get("type") == "missing")
     msg = first.get("msg", "invalid value")
     got = first.get("input")
     if first.get("type") not in ("missing",) and not isinstance(got, (dict, list)):
@@ -55,14 +55,14 @@ def format_validation_error(err: ValidationError, data: Any = None) -> tuple[str
     return path or "<root>", msg
 
 
-def _document_path(loc: tuple, data: Any) -> str:
+def _document_path(loc: tuple, data: Any, missing: bool) -> str:
     parts, node = [], data
     for i, part in enumerate(loc):
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
-        elif not (i == len(loc) - 1 and isinstance(node, dict) and not _is_union_tag(part)):
+        elif not (missing and i == len(loc) - 1 and isinstance(node, dict)):
             continue  # a union-branch label; a missing key is the last part, inside a mapping
         parts.append(str(part))
     return ".".join(parts)

@@ -1,0 +1,69 @@
+"""Multi-token prediction / speculative decoding.
+
+Changes: ``plan.serving.tokens_per_step`` (expected accepted tokens per verify step),
+``plan.serving.draft_depth`` (each decode step verifies 1 + depth query tokens per sequence, so
+verification cost grows with batch) and ``plan.serving.draft_layers`` (depth sequential passes of
+the MTP module, each one decoder layer plus the LM head, on one token per sequence).
+Model: L(d) = 1 + Σ_{k≤d} Π_{i≤k} p_i, with p_i = first·decay^(i−1) unless a list is given.
+Neutral: ``enabled: false`` or depth 0.
+Source: shared/reference/effects.md section 1 (DeepSeek-V3 MTP 85-90 % second-token acceptance;
+TRT-LLM blog 1: L = 1.92, 2.58, 2.82 for d = 1..3; best d = 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+
+from ..plan import Plan
+from .base import Stage, Transform, register
+
+
+def expected_tokens(acceptance: list[float]) -> float:
+    """1 + Σ_k Π_{i≤k} p_i: expected tokens emitted per verify step."""
+    total, run = 1.0, 1.0
+    for p in acceptance:
+        run *= p
+        total += run
+    return total
+
+
+@register
+class MultiTokenPrediction(Transform):
+    kind: ClassVar[str] = "mtp"
+    stage: ClassVar[Stage] = Stage.GRAPH
+    summary: ClassVar[str] = "draft d tokens with MTP heads and verify them in one step"
+
+    depth: int = Field(default=3, ge=0, le=8)
+    """Draft tokens per step."""
+    first_acceptance: float = Field(default=0.9, ge=0, le=1)
+    """Conditional acceptance of the first draft token."""
+    decay: float = Field(default=0.7, ge=0, le=1)
+    """Ratio between successive conditional acceptances (geometric decay)."""
+    acceptance: list[float] | None = None
+    """Explicit per-position conditional acceptances (overrides first/decay; length ≥ depth)."""
+    layers_per_draft: float = Field(default=1.0, ge=0)
+    """Decoder-layer equivalents per draft pass (DeepSeek MTP module: 1)."""
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.acceptance is not None:
+            if len(self.acceptance) < self.depth:
+                raise ValueError(f"acceptance needs {self.depth} entries")
+            if any(not 0 <= p <= 1 for p in self.acceptance):
+                raise ValueError("acceptance values must lie in [0, 1]")
+        return self
+
+    def probabilities(self) -> list[float]:
+        if self.acceptance is not None:
+            return list(self.acceptance[: self.depth])
+        return [self.first_acceptance * self.decay**i for i in range(self.depth)]
+
+    def _apply(self, plan: Plan) -> Plan:
+        if self.depth == 0:
+            return plan
+        serving = replace(plan.serving, tokens_per_step=expected_tokens(self.probabilities()),
+                          draft_depth=self.depth, draft_layers=self.depth * self.layers_per_draft)
+        return replace(plan, serving=serving)

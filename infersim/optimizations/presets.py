@@ -1,0 +1,79 @@
+"""Per-round software presets: which optimizations an MLPerf round's software had, and its maturity.
+
+A preset is YAML data (``presets/vX.Y.yaml``): ``optimizations`` are applied; ``choices`` are
+available but used only where the search finds they help (e.g. MTP, disaggregation);
+``kernel_efficiency`` and ``host_overhead_scale`` are the round's two maturity parameters, the
+only per-round free parameters, fitted by ``infersim calibrate``. A round without a preset uses
+the nearest earlier one; a round later than all presets uses the latest.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+
+from ..errors import SpecError
+from ..specs._base import Spec, load_spec
+from ..specs.catalog import bundled_root
+from ..specs.hardware import CalibrationRecord
+
+
+class PresetSpec(Spec):
+    name: str
+    """Human-readable name."""
+    source: list[str] = Field(min_length=1)
+    """What the preset's contents are derived from."""
+    kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
+    """Multiplier on the hardware's compute and attention efficiencies (software maturity)."""
+    host_overhead_scale: float = Field(default=1.0, ge=0, le=10)
+    """Multiplier on the hardware's per-step host overhead."""
+    optimizations: list[dict] = Field(default_factory=list)
+    """Transforms applied for this round ({kind: ..., params...})."""
+    choices: list[dict] = Field(default_factory=list)
+    """Transforms available in this round; the search uses each only where it helps."""
+    calibration: CalibrationRecord | None = None
+    """Set by ``infersim calibrate``."""
+
+
+def presets_dir() -> Path:
+    return bundled_root() / "presets"
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in name.lstrip("v").split("."))
+    except ValueError:
+        raise SpecError(f"round '{name}' is not of the form vX.Y") from None
+
+
+def list_rounds() -> list[str]:
+    """Rounds with a bundled preset, oldest first."""
+    return sorted((p.stem for p in presets_dir().glob("v*.yaml")), key=_version_key)
+
+
+def resolve_round(round_name: str) -> str:
+    """The preset round used for ``round_name``: itself, the nearest earlier, or the earliest."""
+    rounds = list_rounds()
+    key = _version_key(round_name)
+    earlier = [r for r in rounds if _version_key(r) <= key]
+    return earlier[-1] if earlier else rounds[0]
+
+
+@lru_cache(maxsize=32)
+def _load(path: str, mtime: float) -> PresetSpec:
+    return load_spec(PresetSpec, path)
+
+
+def load_preset(round_name: str, directory: Path | None = None) -> PresetSpec:
+    """Load the preset for ``round_name`` (with the nearest-earlier fallback)."""
+    d = directory or presets_dir()
+    name = resolve_round(round_name) if directory is None else round_name
+    path = d / f"{name}.yaml"
+    if not path.is_file():
+        raise SpecError(f"no preset for round '{round_name}'", file=str(path))
+    return _load(str(path), path.stat().st_mtime)
+
+
+LATEST = "latest"

@@ -1,0 +1,46 @@
+"""Wide expert parallelism with expert load balancing.
+
+Changes: ``plan.search.ep_max`` (EP may span the whole scale-up domain, e.g. 72 GPUs, or
+``max_ep`` beyond it, where all-to-alls fall onto the scale-out tier), ``plan.eplb_efficiency``
+(redundant experts + load balancer remove most of the popularity skew) and
+``plan.dispatch_bytes`` (dispatch quantized before the all-to-all). Spreading experts frees
+memory per device, so the KV cache — and the batch — can grow.
+Neutral: ``enabled: false``.
+Source: shared/reference/effects.md section 4 (DeepSeek EP144 decode, SGLang EPLB 1.49x
+prefill / 2.54x decode, TRT-LLM wide-EP blog 8, NVL72 EP up to 32+).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import ClassVar
+
+from pydantic import Field
+
+from ..plan import Plan
+from .base import Stage, Transform, register
+
+
+@register
+class WideEP(Transform):
+    kind: ClassVar[str] = "wide_ep"
+    stage: ClassVar[Stage] = Stage.LAYOUT
+    summary: ClassVar[str] = "expert parallelism across the whole scale-up domain, with EPLB"
+
+    max_ep: int | None = Field(default=None, ge=1, le=4096)
+    """Largest EP group (default: the hardware's scale-up domain)."""
+    load_balancer: bool = True
+    """Expert load balancer with redundant experts."""
+    eplb_efficiency: float = Field(default=0.9, ge=0, le=1)
+    """Share of the popularity skew the balancer removes."""
+    dispatch_precision_bytes: float | None = Field(default=None, gt=0, le=4)
+    """Bytes per element of quantized dispatch payloads (e.g. 1 for fp8); None keeps activations."""
+
+    def _apply(self, plan: Plan) -> Plan:
+        ep_max = self.max_ep or plan.hardware.scale_up.domain_size
+        new = replace(plan, search=replace(plan.search, ep_max=max(ep_max, plan.search.ep_max)))
+        if self.load_balancer:
+            new = replace(new, eplb_efficiency=self.eplb_efficiency)
+        if self.dispatch_precision_bytes is not None:
+            new = replace(new, dispatch_bytes=self.dispatch_precision_bytes)
+        return new
