@@ -206,8 +206,7 @@ def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, 
     lay = {k: int(v[i]) for k, v in grid.layouts.items()}
     size = lay["tp"] * lay["pp"]
     replicas = accelerators // size
-    per_inst = float(np.broadcast_to(s.tokens_per_s, grid.ok.shape)[i, j])
-    total = per_inst * replicas
+    total = float(np.broadcast_to(grid.system_tokens_per_s, grid.ok.shape)[i, j])
     pick = lambda a: float(np.broadcast_to(a, grid.ok.shape)[i, j])  # noqa: E731
     tpot_mean = pick(s.tpot_mean)
     metrics = {
@@ -215,7 +214,7 @@ def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, 
         "tokens_per_s_per_accelerator": total / accelerators,
         "tokens_per_s_per_user": 1.0 / tpot_mean if tpot_mean > 0 else 0.0,
         "ttft_s": pick(s.ttft_p99), "tpot_s": pick(s.tpot_p99), "ttft_mean_s": pick(s.ttft_mean),
-        "tpot_mean_s": tpot_mean, "requests_per_s": pick(s.rate) * replicas,
+        "tpot_mean_s": tpot_mean, "requests_per_s": total / WorkloadStats.from_workload(inputs.scenario.workload).osl_mean,
         "usd_per_million_tokens": float(tco.usd_per_million_tokens(price, accelerators, total)),
     }
     stats = WorkloadStats.from_workload(inputs.scenario.workload)

@@ -3,7 +3,8 @@
 No modelling happens here. Every command body loads specs through ``infersim.specs``, calls one
 library function and renders the result. Errors become one line on stderr and an exit code
 (DESIGN.md): 0 success, 1 valid but infeasible (``InfeasibleError``), 2 bad input
-(``SpecError``, or a usage error reported by click).
+(``SpecError``, or a usage error reported by click). An unexpected exception is a bug: it is
+reported in one line with exit code 3 (``INFERSIM_DEBUG=1`` shows the traceback).
 
 Adding a command: decorate it with ``@app.command()`` *and* ``@handle_errors`` (in that order),
 load specs with ``_load_triplet`` and render with ``_table``/``_console``.
@@ -72,7 +73,7 @@ GROUP_KIND = {Group.hardware: "hardware", Group.models: "model", Group.scenarios
 
 
 # ---- error handling ------------------------------------------------------------------------
-def _fail(prefix: str, exc: BaseException, code: int) -> typer.Exit:
+def _fail(prefix: str, exc: BaseException | str, code: int) -> typer.Exit:
     """Print ``prefix: message`` as one line on stderr and return the Exit to raise."""
     message = " ".join(str(exc).split()) or type(exc).__name__
     typer.echo(f"{prefix}: {message}", err=True)
@@ -131,7 +132,7 @@ def _fmt(value: Any) -> str:
         return "–"
     if isinstance(value, float):
         value = round(value, 2)
-        return f"{int(value):,}" if value == int(value) else f"{value:,}"
+        return f"{int(value):,}" if value.is_integer() else f"{value:,}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
     return str(value)

@@ -35,6 +35,19 @@ class GridResult:
     """Output tokens/s per accelerator (0 where infeasible)."""
     max_batch: np.ndarray
     mode: str
+    system_tokens_per_s: np.ndarray
+    """Output tokens/s of the whole system (0 where infeasible)."""
+    prefill_accelerators: np.ndarray | None = None
+    """Disaggregated: prefill accelerators per decode instance (continuous pool ratio)."""
+
+    def extra_config(self, i: int, j: int) -> dict:
+        if self.prefill_accelerators is None:
+            return {}
+        size = int(self.layouts["tp"][i] * self.layouts["pp"][i])
+        p = float(np.broadcast_to(self.prefill_accelerators, self.ok.shape)[i, j])
+        share = p / (p + size)
+        return {"prefill_accelerators_per_decode_instance": p, "prefill_share_of_accelerators": share,
+                "decode_accelerators": self.accelerators * (1 - share), "prefill_accelerators": self.accelerators * share}
 
     @property
     def any_feasible(self) -> bool:
@@ -77,8 +90,17 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         ok, reason = require(ok, reason, batch <= plan.search.max_batch, Reason.BATCH_LIMIT)
     kind = getattr(scenario, "kind", "offline")
     workers = accelerators / (layout.tp * layout.pp)
+    prefill_acc = None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if kind == "offline":
+        if kind != "offline" and plan.serving.disaggregated:
+            from . import disagg_eval
+
+            res, p_ok, per_acc_d, prefill_acc = disagg_eval.evaluate(plan, scenario, accelerators, stats, layouts, batch)
+            ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
+            slo = scenario.slo
+            if slo.tpot_ms is not None:
+                ok, reason = require(ok, reason, res.tpot_p99 <= slo.tpot_ms * 1e-3, Reason.SLO_TPOT)
+        elif kind == "offline":
             res = serving.offline(plan, layout, batch, stats, workers)
         else:
             slo = scenario.slo
@@ -92,5 +114,11 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
             if slo.e2e_ms is not None:
                 ok, reason = require(ok, reason, res.e2e_p99 <= slo.e2e_ms * 1e-3, Reason.SLO_E2E)
     per_acc = np.where(ok, res.tokens_per_s / (layout.tp * layout.pp), 0.0)
+    if prefill_acc is None:
+        # aggregated: whole instances only
+        system = per_acc * (layout.tp * layout.pp) * np.floor(accelerators / (layout.tp * layout.pp))
+    else:
+        system = per_acc * accelerators
     return GridResult(layouts=layouts, batch=batch[0], accelerators=accelerators, serving=res, ok=ok, reason=reason,
-                      per_accelerator=per_acc, max_batch=np.broadcast_to(bmax, ok.shape), mode=kind)
+                      per_accelerator=per_acc, max_batch=np.broadcast_to(bmax, ok.shape), mode=kind,
+                      system_tokens_per_s=system, prefill_accelerators=prefill_acc)

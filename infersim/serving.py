@@ -20,6 +20,10 @@ from .graph import Layout, Shape
 from .plan import Plan
 
 
+SERVER_FIXED_POINT_ITERATIONS = 3
+"""Substitutions of the prefills-per-cycle fixed point (converges in 2-3 at realistic loads)."""
+
+
 @dataclass(frozen=True)
 class WorkloadStats:
     """Moments of the request mix, tokens (already net of prefix-cache hits where noted)."""
@@ -122,19 +126,14 @@ def gamma_quantile(mean, var, q):
     return scale * special.gammaincinv(shape_k, q)
 
 
-def _mixture_normal_quantile(mu, sigmas, probs, q, iters: int = 40):
-    """q-quantile of Σ p_j N(mu, σ_j²) by vectorized bisection (sigmas on a trailing axis)."""
-    mu = np.asarray(mu)
-    smax = np.max(sigmas, axis=-1)
-    lo = mu + 0.0 * smax
-    hi = mu + 6.0 * smax + 1e-12
-    target = 1.0 - q
+def mixture_z(weights, probs, q: float, iters: int = 60) -> float:
+    """z solving Σ p_j·Q(z·w_j) = 1 − q: the q-quantile of Σ p_j N(0, 1/w_j²) (scalar bisection)."""
+    weights = np.asarray(weights, dtype=float)
+    lo, hi = 0.0, 10.0 / max(float(np.min(weights)), 1e-12)
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        tail = np.sum(probs * 0.5 * special.erfc((mid[..., None] - mu[..., None]) / (np.sqrt(2) * sigmas)), axis=-1)
-        over = tail > target
-        lo = np.where(over, mid, lo)
-        hi = np.where(over, hi, mid)
+        tail = float(np.sum(probs * 0.5 * special.erfc(mid * weights / np.sqrt(2))))
+        lo, hi = (mid, hi) if tail > 1.0 - q else (lo, mid)
     return 0.5 * (lo + hi)
 
 
@@ -160,11 +159,18 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     dq = 1.0 + plan.serving.draft_depth
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     decode = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean)
-    with_one = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
-                     prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq)
     cost = step_cost(plan, layout, decode)
     t_d = cost.total
-    s_mean = np.maximum(step_cost(plan, layout, with_one).total - t_d, 0.0)
+    # Prefills admitted together share the slack of a memory-bound decode step, so the cost per
+    # prefill is the average increment at the number admitted per cycle, n = λ·E[C] (≥ 1): a
+    # fixed point solved by a few substitutions.
+    n = np.ones_like(t_d)
+    for _ in range(SERVER_FIXED_POINT_ITERATIONS):
+        mixed = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
+                      prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq)
+        s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
+        rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+        n = np.maximum(rate * t_d / np.maximum(1.0 - rate * s_mean, 1e-6), 1.0)
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
     return queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
 
@@ -191,8 +197,9 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     ttft_p99 = gamma_quantile(ttft_mean, r_var + nxt_var, q)
     tpot_mean = c_mean / L
     n = np.maximum(stats.osl_points / L - 1.0, 1.0)  # cycles after the first token
-    sig = np.sqrt(c_var[..., None] / n * ((1 + rho) / (1 - rho))[..., None]) / L
-    tpot_p99 = _mixture_normal_quantile(tpot_mean, np.maximum(sig, 1e-15), stats.osl_probs, q)
+    # σ_j = A/√n_j with A common to the grid point, so the mixture quantile is μ + A·z*
+    amplitude = np.sqrt(np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho)) / L
+    tpot_p99 = tpot_mean + amplitude * mixture_z(np.sqrt(n), stats.osl_probs, q)
     e2e = ttft_p99 + stats.osl_p99 * tpot_mean
     return ServingResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
                          tpot_mean=tpot_mean, tpot_p99=tpot_p99, e2e_p99=e2e, step=cost, prefill_share=rho)
