@@ -24,7 +24,8 @@ from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 from .specs.scenario import LengthSpec
 
-CHOICE_KINDS_WITH_DEPTH = {"mtp"}
+MOE_ONLY = ("attention_dp", "wide_ep")
+"""Optimizations that only act on mixture-of-experts models."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,10 @@ def transform_sets(inputs: Inputs, preset: PresetSpec | None, enable: list[str],
         choices.pop("mtp", None)  # a round's MTP needs trained draft heads; enable explicitly otherwise
     if inputs.scenario.workload.prefix_share_fraction == 0:
         choices.pop("kv_routing", None)  # neutral without shareable prefixes
+    if not inputs.model.is_moe:
+        for kind in MOE_ONLY:  # nothing to act on in a dense model
+            forced.pop(kind, None)
+            choices.pop(kind, None)
     base = [opt.make(k, v) for k, v in forced.items()]
     sets = []
     names = list(choices)
@@ -308,11 +313,34 @@ def _infeasible_message(top: str, reasons: dict[str, int], n: int) -> str:
     return f"nothing fits on {n} accelerators: {_EXPLAIN.get(top, top)} (rejected points: {detail or 'none'})"
 
 
-def evaluate_point(plan: Plan, shape: Shape, layout: Layout):
-    """Step cost of one explicit point (for explain / tests)."""
+def explain(pred: Prediction) -> list[dict[str, Any]]:
+    """Per-operator times of the chosen point's engine step (one instance, one full step;
+    offline steps include their share of prefill).
+
+    Rows: op, kind, bound, time_s (summed over layers and pipeline stages), share of the step.
+    """
     from .engine import step_cost
 
-    return step_cost(plan, layout, shape, detail=True)
+    if not pred.feasible or pred.plan is None:
+        return []
+    c = pred.config
+    stats = WorkloadStats.from_workload(pred.inputs.scenario.workload)
+    layout = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
+    sv = pred.plan.serving
+    offline = pred.inputs.scenario.kind == "offline"
+    # offline steps carry the prefills that replace finished sequences (as in serving.offline)
+    shape = Shape(decode_seqs=c["batch"], decode_q=1.0 + sv.draft_depth, decode_ctx=stats.context_mean,
+                  prefill_seqs=c["batch"] * sv.tokens_per_step / stats.osl_mean if offline else 0.0,
+                  prefill_len=stats.isl_mean, prefill_len_sq=stats.isl_sq)
+    cost = step_cost(pred.plan, layout, shape, detail=True)
+    total = float(cost.total)
+    rows = [{"op": name, "kind": cost.op_info[name][0], "bound": cost.op_info[name][1], "time_s": float(t),
+             "share": float(t) / total} for name, t in cost.by_op.items() if float(t) > 0]
+    rows.sort(key=lambda r: -r["time_s"])
+    overhead = float(cost.by_kind["overhead"])
+    rows.append({"op": "launch + host overhead", "kind": "overhead", "bound": "overhead", "time_s": overhead,
+                 "share": overhead / total})
+    return rows
 
 
-__all__ = ["predict", "load_inputs", "Prediction", "Inputs", "Reason"]
+__all__ = ["predict", "explain", "load_inputs", "Prediction", "Inputs", "Reason"]

@@ -314,6 +314,57 @@ def schema_cmd(kind: Kind = typer.Argument(..., help="hardware, model or scenari
     typer.echo(json.dumps(catalog.schema(kind.value), indent=2))
 
 
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+_ENABLE_HELP = "Turn an optimization on (repeatable): fusion, overlap, attention_dp, mtp, wide_ep, disagg, kv_routing."
+
+
+@app.command("run")
+@handle_errors
+def run_cmd(
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Hardware profile ID or YAML file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile ID or file (default: the scenario's)."),
+    scenario: str = typer.Option(..., "--scenario", "-s", help="Scenario ID or YAML file."),
+    accelerators: Optional[int] = typer.Option(None, "--accelerators", "-n", help="Accelerators in the system (default: one scale-up domain)."),
+    round_: Optional[str] = typer.Option(None, "--round", help="MLPerf round whose software preset to use, e.g. v5.1 (default: latest)."),
+    isl: Optional[float] = typer.Option(None, "--isl", help="Override the mean input length, tokens."),
+    osl: Optional[float] = typer.Option(None, "--osl", help="Override the mean output length, tokens."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Fix tensor parallelism (else searched)."),
+    ep: Optional[int] = typer.Option(None, "--ep", help="Fix expert parallelism (else searched)."),
+    dp: Optional[int] = typer.Option(None, "--dp", help="Fix attention data parallelism within the TP group (else searched)."),
+    pp: Optional[int] = typer.Option(None, "--pp", help="Fix pipeline parallelism (else searched)."),
+    batch: Optional[float] = typer.Option(None, "--batch", help="Fix the decode batch per instance (else searched)."),
+    enable: Optional[list[str]] = typer.Option(None, "--enable", help=_ENABLE_HELP),
+    disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=VALUE", help="Optimization parameter (repeatable), e.g. mtp.depth=2."),
+    price: Optional[float] = typer.Option(None, "--price-per-hour", help="Override the price per accelerator-hour, US$."),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
+) -> None:
+    """Predict the best operating point (searching unset layout flags) for one system."""
+    from . import api, report
+
+    pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, tp=tp, ep=ep, dp=dp,
+                       pp=pp, batch=batch, enable=enable or [], disable=disable or [],
+                       params=api.parse_param_overrides(set_ or []), price_per_hour=price)
+    d = pred.to_dict()
+    if fmt == OutputFormat.json:
+        if explain:
+            d["explain"] = api.explain(pred)
+        typer.echo(report.to_json(d))
+    elif pred.feasible:
+        console = _console()
+        for table in report.prediction_tables(d):
+            console.print(table)
+        if explain:
+            console.print(report.explain_table(api.explain(pred)))
+    if not pred.feasible:
+        raise InfeasibleError(pred.reason)
+
+
 def main() -> None:
     """Console-script entry point (``infersim``)."""
     app(prog_name="infersim")

@@ -35,6 +35,8 @@ class StepCost:
     memory_bound: np.ndarray
     comm_exposed: np.ndarray
     by_op: dict[str, np.ndarray] | None = None
+    op_info: dict[str, tuple[str, str]] | None = None
+    """Per op name: (kind, bound) where bound is compute, memory or communication."""
 
 
 def moe_imbalance(plan: Plan, layout: Layout, tokens):
@@ -104,6 +106,7 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     by_kind = {k: 0.0 for k in KINDS}
     tc_sum = tm_sum = 0.0
     by_op = {} if detail else None
+    op_info = {} if detail else None
     n_kernels = 0.0
     for op in graph.ops:
         if op.kind == OpKind.COMM:
@@ -127,6 +130,11 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
             n_kernels = n_kernels + op.count
         if detail:
             by_op[op.name] = by_op.get(op.name, 0.0) + t
+            if op.kind == OpKind.COMM:
+                bound = "communication"
+            else:
+                bound = "compute" if float(np.mean(tc >= tm)) >= 0.5 else "memory"
+            op_info[op.name] = (op.kind.value, bound)
     compute = by_kind["gemm"] + by_kind["attention"] + by_kind["elementwise"]
     overlap_on = tokens_dev >= plan.overlap_min_tokens
     hidden = np.where(overlap_on, np.minimum(plan.comm_overlap * by_kind["comm"], compute), 0.0)
@@ -142,4 +150,5 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     out["overhead"] = np.asarray(overhead)
     return StepCost(total=np.asarray(total), by_kind=out, compute_bound=np.asarray(tc_sum * pp),
                     memory_bound=np.asarray(tm_sum * pp), comm_exposed=np.asarray(comm_exposed * pp),
-                    by_op=None if by_op is None else {k: np.asarray(v * pp) for k, v in by_op.items()})
+                    by_op=None if by_op is None else {k: np.asarray(v * pp) for k, v in by_op.items()},
+                    op_info=op_info)

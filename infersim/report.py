@@ -1,0 +1,116 @@
+"""Rendering: predictions, breakdowns and per-operator tables as rich tables or JSON.
+
+Pure formatting of results computed elsewhere; units converted to ms / GB here at the boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+
+def _num(v: Any, digits: int = 1) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if math.isinf(v) or math.isnan(v):
+            return "–"
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    t = Table(title=title, title_justify="left", show_header=False)
+    t.add_column("quantity", no_wrap=True)
+    t.add_column("value")
+    for k, v in rows:
+        t.add_row(Text(k), Text(v))
+    return t
+
+
+def prediction_tables(d: dict[str, Any]) -> list[Table]:
+    """Tables for ``Prediction.to_dict()``: headline, configuration, time breakdown."""
+    c = d["config"]
+    head = [
+        ("system", f"{d['hardware']} × {d['accelerators']}  ·  {d['model']}  ·  {d['scenario']}  ·  round {c.get('round')}"),
+        ("output tokens/s (system)", _num(d["tokens_per_s"], 0)),
+        ("tokens/s per accelerator", _num(d["tokens_per_s_per_accelerator"], 1)),
+        ("tokens/s per user", _num(d["tokens_per_s_per_user"], 1)),
+        ("TTFT p99 / mean", f"{_num(d['ttft_s'] * 1e3, 1)} / {_num(d['ttft_mean_s'] * 1e3, 1)} ms"),
+        ("TPOT p99 / mean", f"{_num(d['tpot_s'] * 1e3, 2)} / {_num(d['tpot_mean_s'] * 1e3, 2)} ms"),
+        ("requests/s", _num(d["requests_per_s"], 2)),
+        ("$ per M output tokens", f"{_num(d['usd_per_million_tokens'], 3)}"),
+        ("$ per M input tokens", f"{_num(d['usd_per_million_input_tokens'], 3)}"),
+    ]
+    layout = f"tp {c['tp']} · pp {c['pp']} · ep {c['ep']} · attention-dp {c['dp']}"
+    conf = [
+        ("layout per instance", layout),
+        ("instances", f"{c['replicas']} of {c['tp'] * c['pp']} accelerators"),
+        ("batch (sequences per instance)", f"{_num(c['batch'], 0)} (memory allows {_num(c['max_batch'], 0)})"),
+        ("formats", f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"),
+        ("optimizations", ", ".join(c["optimizations"]) or "none"),
+    ]
+    if c.get("mtp_depth"):
+        conf.append(("MTP", f"depth {c['mtp_depth']}, {c['tokens_per_step']:.2f} tokens per step"))
+    if c.get("disaggregated"):
+        conf.append(("disaggregated pools", f"prefill {c['prefill_accelerators']:.1f} / decode {c['decode_accelerators']:.1f} accelerators"))
+    b = d["breakdown"]
+    step = b["step_s"]
+    bt = Table(title=f"decode step {step * 1e3:.2f} ms — bound: {b['bound']}", title_justify="left")
+    for col in ("part", "ms", "share"):
+        bt.add_column(col, justify="left" if col == "part" else "right")
+    for k, v in b["by_kind_s"].items():
+        bt.add_row(k, f"{v * 1e3:.3f}", f"{v / step:.1%}" if step else "–")
+    bt.add_row("of compute ops: compute-bound", f"{b['compute_bound_s'] * 1e3:.3f}", f"{b['compute_bound_s'] / step:.1%}")
+    bt.add_row("of compute ops: memory-bound", f"{b['memory_bound_s'] * 1e3:.3f}", f"{b['memory_bound_s'] / step:.1%}")
+    if b.get("prefill_share"):
+        bt.add_row("engine time on prefill (server)", "", f"{b['prefill_share']:.1%}")
+    return [kv_table("prediction", head), kv_table("configuration", conf), bt]
+
+
+def explain_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="per-operator time of one decode step (one instance)", title_justify="left")
+    for col, just in (("op", "left"), ("kind", "left"), ("bound", "left"), ("ms", "right"), ("share", "right")):
+        t.add_column(col, justify=just)
+    for r in rows:
+        t.add_row(r["op"], r["kind"], r["bound"], f"{r['time_s'] * 1e3:.3f}", f"{r['share']:.1%}")
+    return t
+
+
+def to_json(obj: Any) -> str:
+    """JSON with non-finite floats written as null (strict JSON)."""
+    def clean(x):
+        if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if hasattr(x, "item"):
+            return clean(x.item())
+        return x
+
+    return json.dumps(clean(obj), indent=2)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write a file atomically (temporary file in the same folder, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
