@@ -127,9 +127,6 @@ def transform_sets(inputs: Inputs, preset: PresetSpec | None, enable: list[str],
         choices.pop(kind, None)
     for kind in enable:
         forced[kind] = {**choices.pop(kind, {}), **forced.get(kind, {})}
-    for kind in disable:
-        forced.pop(kind, None)
-        choices.pop(kind, None)
     for kind, p in params.items():
         if kind in forced:
             forced[kind] = {**forced[kind], **p}
@@ -137,6 +134,9 @@ def transform_sets(inputs: Inputs, preset: PresetSpec | None, enable: list[str],
             choices[kind] = {**choices[kind], **p}
         else:
             forced[kind] = dict(p)
+    for kind in disable:  # last: a disabled optimization stays off whatever else asked for it
+        forced.pop(kind, None)
+        choices.pop(kind, None)
     if inputs.scenario.kind == "offline":
         choices.pop("disagg", None)  # no latency limit: one pool does the same work
     if inputs.model.mtp_layers == 0:
@@ -181,6 +181,8 @@ class Prediction:
     breakdown: dict[str, Any]
     grid: search.GridResult | None = field(default=None, repr=False)
     plan: Plan | None = field(default=None, repr=False)
+    grids: list = field(default_factory=list, repr=False)
+    """Every evaluated (plan, grid) when asked with keep_grids (for the Pareto frontier)."""
 
     def to_dict(self) -> dict[str, Any]:
         m = self.metrics
@@ -247,7 +249,8 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
             dp: int | None = None, pp: int | None = None, batch: float | None = None,
             enable: list[str] = (), disable: list[str] = (), params: dict | None = None,
             price_per_hour: float | None = None, raise_infeasible: bool = False,
-            presets_dir=None, inputs: Inputs | None = None) -> Prediction:
+            presets_dir=None, inputs: Inputs | None = None, preset: PresetSpec | None = None,
+            keep_grids: bool = False) -> Prediction:
     """Best operating point for hardware × model × scenario on ``accelerators``.
 
     Unset layout arguments are searched; set ones are fixed. ``round`` selects a software preset
@@ -263,18 +266,22 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
             raise SpecError(f"--{name} must be in [1, accelerators={n}] (got {v})")
     if batch is not None and not 1 <= batch <= 1e6:
         raise SpecError(f"--batch must be in [1, 1e6] sequences (got {batch})")
-    preset = load_preset(round or "v99.0", presets_dir) if presets_dir is None else load_preset(round, presets_dir)
+    if preset is None:
+        preset = load_preset(round or "v99.0") if presets_dir is None else load_preset(round, presets_dir)
     base = base_plan(inputs, preset=preset, layout={"tp": tp, "ep": ep, "dp": dp, "pp": pp}, batch=batch)
     price = price_per_hour if price_per_hour is not None else hw.price.usd_per_hour
     stats = WorkloadStats.from_workload(inputs.scenario.workload)
     best = None
     last_grid = None
+    grids: list[tuple[Plan, search.GridResult]] = []
     for transforms in transform_sets(inputs, preset, list(enable), list(disable), params or {}):
         plan = opt.apply_all(base, transforms)
         if dp is not None and dp > 1:
             plan = replace(plan, search=replace(plan.search, attention_dp=True))
         grid = search.evaluate(plan, inputs.scenario, n, stats)
         last_grid = grid
+        if keep_grids:
+            grids.append((plan, grid))
         ij = grid.best_index()
         if ij is None:
             continue
@@ -288,11 +295,11 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
         if raise_infeasible:
             raise InfeasibleError(msg, reasons)
         return Prediction(inputs, n, False, msg, {}, {"round": resolve_round(round or "v99.0")}, {"reasons": reasons},
-                          grid=last_grid, plan=base)
+                          grid=last_grid, plan=base, grids=grids)
     _, grid, plan, (i, j) = best
     metrics, config, breakdown = _point(grid, i, j, plan, inputs, price, n)
     config["round"] = resolve_round(round or "v99.0")
-    return Prediction(inputs, n, True, "", metrics, config, breakdown, grid=grid, plan=plan)
+    return Prediction(inputs, n, True, "", metrics, config, breakdown, grid=grid, plan=plan, grids=grids)
 
 
 _EXPLAIN = {

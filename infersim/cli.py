@@ -365,6 +365,107 @@ def run_cmd(
         raise InfeasibleError(pred.reason)
 
 
+class TableJsonCsv(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def _rows_csv(rows: list[dict]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    flat = [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()} for r in rows]
+    if flat:
+        writer = csv.DictWriter(buf, fieldnames=list(flat[0]))
+        writer.writeheader()
+        writer.writerows(flat)
+    return buf.getvalue()
+
+
+@app.command("pareto")
+@handle_errors
+def pareto_cmd(
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Hardware profile ID or YAML file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile ID or file (default: the scenario's)."),
+    scenario: str = typer.Option(..., "--scenario", "-s", help="Scenario ID or YAML file."),
+    accelerators: Optional[int] = typer.Option(None, "--accelerators", "-n", help="Accelerators in the system."),
+    round_: Optional[str] = typer.Option(None, "--round", help="MLPerf round preset (default: latest)."),
+    enable: Optional[list[str]] = typer.Option(None, "--enable", help=_ENABLE_HELP),
+    disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
+    fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the frontier to this file (.csv or .json)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the frontier to this PNG file."),
+) -> None:
+    """Tokens/s per accelerator vs tokens/s per user over every configuration that fits (Pareto frontier)."""
+    from . import api, pareto, report
+
+    pred = api.predict(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
+                       disable=disable or [], keep_grids=True)
+    points = pareto.frontier_points(pred)
+    if not points:
+        raise InfeasibleError(pred.reason or "no configuration fits in memory")
+    text = report.to_json(points) if fmt == TableJsonCsv.json else _rows_csv(points)
+    if fmt == TableJsonCsv.table:
+        cols = ("tokens/s/user", "tokens/s/accelerator", "TTFT p99 ms", "tp", "pp", "ep", "dp", "batch", "MTP", "disagg")
+        rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3, p["tp"], p["pp"],
+                 p["ep"], p["dp"], p["batch"], p["mtp_depth"], "yes" if p["disaggregated"] else "no") for p in points]
+        _console().print(_table(f"Pareto frontier: {pred.inputs.hardware_id} × {pred.accelerators}, {pred.inputs.model_id}, "
+                                f"{pred.inputs.scenario_id}", cols, rows))
+    else:
+        typer.echo(text.rstrip("\n"))
+    if out is not None:
+        report.write_atomic(out, report.to_json(points) if out.suffix == ".json" else _rows_csv(points))
+    if plot is not None:
+        op = pred.metrics if pred.feasible else None
+        pareto.plot(points, plot, f"{pred.inputs.model_id} · {pred.inputs.scenario_id} · {pred.inputs.hardware_id} × "
+                    f"{pred.accelerators}", op)
+
+
+@app.command("ablate")
+@handle_errors
+def ablate_cmd(
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Hardware profile ID or YAML file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile ID or file (default: the scenario's)."),
+    scenario: str = typer.Option(..., "--scenario", "-s", help="Scenario ID or YAML file."),
+    accelerators: Optional[int] = typer.Option(None, "--accelerators", "-n", help="Accelerators in the system."),
+    round_: Optional[str] = typer.Option(None, "--round", help="Round preset whose optimizations are ablated (default: latest)."),
+    from_round: Optional[str] = typer.Option(None, "--from-round", help="Waterfall from this round's software to --round's."),
+    lever: Optional[list[str]] = typer.Option(None, "--lever", help="Optimizations to ablate (default: the round's)."),
+    fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the waterfall to this PNG file."),
+) -> None:
+    """Add optimizations one at a time (waterfall) and remove them one at a time (leave-one-out)."""
+    from . import ablation, report
+
+    if from_round:
+        rows, loo = ablation.round_waterfall(hardware, model, scenario, accelerators, from_round=from_round,
+                                             to_round=round_ or "v99.0"), []
+    else:
+        rows, loo = ablation.waterfall(hardware, model, scenario, accelerators, round=round_, levers=lever)
+    if fmt == TableJsonCsv.json:
+        typer.echo(report.to_json({"waterfall": rows, "leave_one_out": loo}))
+    elif fmt == TableJsonCsv.csv:
+        typer.echo(_rows_csv(rows + loo).rstrip("\n"))
+    else:
+        cols = ("step", "tokens/s/accelerator", "gain ×", "$/M tokens", "TTFT p99 ms", "TPOT p99 ms", "layout")
+        def fmt_row(r):
+            c = r["config"]
+            lay = f"tp{c['tp']} pp{c['pp']} ep{c['ep']} dp{c['dp']} B{c['batch']:.0f}" if r["feasible"] else "infeasible"
+            lay += f" mtp{c['mtp_depth']}" if c.get("mtp_depth") else ""
+            lay += " disagg" if c.get("disaggregated") else ""
+            ms = lambda v: v * 1e3 if v is not None else None  # noqa: E731
+            return (r["step"], r["tokens_per_s_per_accelerator"], r["gain"], r["usd_per_million_tokens"],
+                    ms(r["ttft_s"]), ms(r["tpot_s"]), lay)
+        console = _console()
+        console.print(_table("waterfall (each step re-searches layout, batch and MTP depth)", cols, [fmt_row(r) for r in rows]))
+        if loo:
+            console.print(_table("leave one out (gain × = full / without)", cols, [fmt_row(r) for r in loo]))
+    if plot is not None:
+        ablation.plot(rows, plot, f"{model or scenario} · {hardware} — waterfall")
+
+
 def main() -> None:
     """Console-script entry point (``infersim``)."""
     app(prog_name="infersim")

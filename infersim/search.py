@@ -37,6 +37,8 @@ class GridResult:
     mode: str
     system_tokens_per_s: np.ndarray
     """Output tokens/s of the whole system (0 where infeasible)."""
+    ok_capacity: np.ndarray | None = None
+    """Feasible before latency limits (layout and memory only) — the Pareto frontier's domain."""
     prefill_accelerators: np.ndarray | None = None
     """Disaggregated: prefill accelerators per decode instance (continuous pool ratio)."""
 
@@ -88,6 +90,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     ok, reason = require(ok, reason, batch <= bmax, Reason.KV_CAPACITY)
     if plan.search.max_batch:
         ok, reason = require(ok, reason, batch <= plan.search.max_batch, Reason.BATCH_LIMIT)
+    ok_capacity = ok.copy()
     kind = getattr(scenario, "kind", "offline")
     workers = accelerators / (layout.tp * layout.pp)
     prefill_acc = None
@@ -121,4 +124,4 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         system = per_acc * accelerators
     return GridResult(layouts=layouts, batch=batch[0], accelerators=accelerators, serving=res, ok=ok, reason=reason,
                       per_accelerator=per_acc, max_batch=np.broadcast_to(bmax, ok.shape), mode=kind,
-                      system_tokens_per_s=system, prefill_accelerators=prefill_acc)
+                      system_tokens_per_s=system, ok_capacity=ok_capacity, prefill_accelerators=prefill_acc)

@@ -1,0 +1,137 @@
+"""Ablation: which lever gives how much.
+
+``waterfall``: from a baseline with no optimizations (same software maturity), add the toggles
+one at a time in a fixed order and record tokens/s per accelerator and $/M tokens after each;
+``leave_one_out``: from everything on, remove one toggle at a time. ``round_waterfall``: from
+round A's preset to round B's — first B's kernel maturity, then each optimization B adds.
+Every step is a full search (layout, batch, MTP depth), so a lever's gain includes the
+re-optimisation it allows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import optimizations as opt
+from .api import Inputs, Prediction, load_inputs, predict
+from .optimizations.presets import PresetSpec, load_preset, resolve_round
+
+ORDER = ("fusion", "attention_dp", "wide_ep", "overlap", "mtp", "disagg", "kv_routing")
+"""Order in which the waterfall adds optimizations (graph → layout → serving)."""
+
+
+@dataclass
+class Step:
+    label: str
+    enabled: tuple[str, ...]
+    prediction: Prediction
+
+    def row(self, previous: "Step | None") -> dict[str, Any]:
+        d = self.prediction.to_dict()
+        per = d["tokens_per_s_per_accelerator"] if self.prediction.feasible else 0.0
+        prev = previous.prediction.metrics.get("tokens_per_s_per_accelerator", 0.0) if previous else None
+        return {"step": self.label, "tokens_per_s_per_accelerator": per,
+                "gain": (per / prev) if prev else None,
+                "usd_per_million_tokens": d.get("usd_per_million_tokens"),
+                "ttft_s": d.get("ttft_s"), "tpot_s": d.get("tpot_s"), "feasible": self.prediction.feasible,
+                "config": {k: d["config"].get(k) for k in ("tp", "pp", "ep", "dp", "batch", "mtp_depth", "disaggregated")}}
+
+
+def _run(inputs: Inputs, n: int | None, preset: PresetSpec, on: tuple[str, ...], params: dict) -> Prediction:
+    off = [k for k in opt.REGISTRY if k not in on]
+    return predict(None, None, None, n, inputs=inputs, preset=preset, enable=list(on), disable=off, params=params)
+
+
+def _levers(preset: PresetSpec, inputs: Inputs) -> dict[str, dict]:
+    """Optimizations of a preset (applied and choices) with their parameters."""
+    found = {}
+    for e in list(preset.optimizations) + list(preset.choices):
+        found[e["kind"]] = {k: v for k, v in e.items() if k != "kind"}
+    return found
+
+
+def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None = None,
+              levers: list[str] | None = None, isl=None, osl=None) -> tuple[list[dict], list[dict]]:
+    """Cumulative waterfall and leave-one-out rows for the round's optimizations (or ``levers``)."""
+    inputs = load_inputs(hardware, model, scenario, isl=isl, osl=osl)
+    preset = load_preset(round or "v99.0")
+    params = _levers(preset, inputs)
+    chosen = [k for k in ORDER if k in (levers or list(params) or ORDER)]
+    for k in levers or []:
+        if k not in opt.REGISTRY:
+            from .errors import SpecError
+
+            raise SpecError(f"unknown optimization '{k}' (known: {', '.join(sorted(opt.REGISTRY))})")
+    steps = [Step("baseline (no optimizations)", (), _run(inputs, accelerators, preset, (), params))]
+    on: tuple[str, ...] = ()
+    for k in chosen:
+        on = on + (k,)
+        steps.append(Step(f"+ {k}", on, _run(inputs, accelerators, preset, on, params)))
+    rows = [s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)]
+    full = steps[-1]
+    loo = []
+    for k in chosen:
+        rest = tuple(x for x in chosen if x != k)
+        pred = _run(inputs, accelerators, preset, rest, params)
+        r = Step(f"all − {k}", rest, pred).row(None)
+        f = full.prediction.metrics.get("tokens_per_s_per_accelerator", 0.0)
+        r["gain"] = (f / r["tokens_per_s_per_accelerator"]) if r["tokens_per_s_per_accelerator"] else None
+        loo.append(r)
+    return rows, loo
+
+
+def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round: str, to_round: str) -> list[dict]:
+    """From round A's software to round B's: maturity first, then each optimization B adds or retunes."""
+    inputs = load_inputs(hardware, model, scenario)
+    a, b = load_preset(from_round), load_preset(to_round)
+    pa, pb = _levers(a, inputs), _levers(b, inputs)
+    on_a = tuple(k for k in ORDER if k in pa)
+    steps = [Step(f"{resolve_round(from_round)} software", on_a, predict(None, None, None, accelerators, inputs=inputs, preset=a))]
+    mature = a.model_copy(update={"kernel_efficiency": b.kernel_efficiency, "host_overhead_scale": b.host_overhead_scale})
+    steps.append(Step(f"+ {resolve_round(to_round)} kernel maturity and host overhead", on_a,
+                      _run(inputs, accelerators, mature, on_a, pa)))
+    params = dict(pa)
+    on = on_a
+    for k in ORDER:
+        if k in pb and (k not in pa or pb[k] != pa[k]):
+            params[k] = pb[k]
+            on = tuple(x for x in ORDER if x in set(on) | {k})
+            label = f"+ {k}" if k not in pa else f"~ {k} ({', '.join(f'{p}={v}' for p, v in pb[k].items())})"
+            steps.append(Step(label, on, _run(inputs, accelerators, mature, on, params)))
+    steps.append(Step(f"{resolve_round(to_round)} software (search picks the choices)", tuple(pb),
+                      predict(None, None, None, accelerators, inputs=inputs, preset=b)))
+    return [s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)]
+
+
+def plot(rows: list[dict], path, title: str) -> None:
+    """Waterfall chart of tokens/s per accelerator per step, written atomically to ``path``."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .report import write_atomic
+
+    vals = [r["tokens_per_s_per_accelerator"] for r in rows]
+    labels = [r["step"] for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4.5), dpi=120)
+    prev = 0.0
+    for i, v in enumerate(vals):
+        if i == 0 or i == len(vals) - 1 and labels[i].endswith("choices)"):
+            ax.bar(i, v, color="#4c72b0")
+        else:
+            ax.bar(i, v - prev, bottom=prev, color="#55a868" if v >= prev else "#c44e52")
+        ax.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
+        prev = v
+    ax.set_xticks(range(len(vals)))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel("output tokens/s per accelerator")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    write_atomic(path, buf.getvalue())
