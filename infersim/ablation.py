@@ -88,7 +88,8 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
     pa, pb = _levers(a, inputs), _levers(b, inputs)
     on_a = tuple(k for k in ORDER if k in pa)
     steps = [Step(f"{resolve_round(from_round)} software", on_a, predict(None, None, None, accelerators, inputs=inputs, preset=a))]
-    mature = a.model_copy(update={"kernel_efficiency": b.kernel_efficiency, "host_overhead_scale": b.host_overhead_scale})
+    mature = a.model_copy(update={"kernel_efficiency": b.kernel_efficiency, "moe_kernel_efficiency": b.moe_kernel_efficiency,
+                                  "host_overhead_scale": b.host_overhead_scale})
     steps.append(Step(f"+ {resolve_round(to_round)} kernel maturity and host overhead", on_a,
                       _run(inputs, accelerators, mature, on_a, pa)))
     params = dict(pa)

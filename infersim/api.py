@@ -83,7 +83,8 @@ def base_plan(inputs: Inputs, *, preset: PresetSpec | None, layout: dict[str, in
     plan = Plan(hardware=hw, model=inputs.model, formats=fmt, search=space,
                 serving=Serving(prefix_share=sc.workload.prefix_share_fraction))
     if preset is not None:
-        plan = replace(plan, kernel_efficiency=preset.kernel_efficiency, host_overhead_scale=preset.host_overhead_scale)
+        plan = replace(plan, kernel_efficiency=preset.kernel_efficiency, moe_kernel_efficiency=preset.moe_kernel_efficiency,
+                       host_overhead_scale=preset.host_overhead_scale)
     return plan
 
 

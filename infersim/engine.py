@@ -103,6 +103,10 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     c_eff = eff.compute_fraction * plan.kernel_efficiency
     a_eff = eff.attention_fraction * plan.kernel_efficiency
     launch = eff.launch_overhead_us * 1e-6 * plan.launch_scale
+    if plan.graph_max_batch is not None and plan.launch_scale < 1.0:
+        # steps with more sequences per rank than the largest captured graph run eagerly
+        eager = stage_shape.decode_seqs / layout.dp > plan.graph_max_batch
+        launch = np.where(eager, eff.launch_overhead_us * 1e-6, launch)
     by_kind = {k: 0.0 for k in KINDS}
     tc_sum = tm_sum = 0.0
     by_op = {} if detail else None
@@ -117,7 +121,8 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
         else:
             flop_rate = hw.compute.flop_rate(op.precision)
             if op.kind == OpKind.GEMM:
-                ce = roofline.gemm_efficiency(op.m, c_eff, eff.gemm_m_half)
+                ce = roofline.gemm_efficiency(op.m, c_eff * (plan.moe_kernel_efficiency if op.name.startswith("experts") else 1.0),
+                                              eff.gemm_m_half)
             elif op.kind == OpKind.ATTENTION:
                 ce = a_eff
             else:

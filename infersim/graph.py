@@ -137,6 +137,10 @@ class Shape:
     prefill_seqs: ArrayLike = 0.0
     prefill_len: ArrayLike = 0.0
     prefill_len_sq: ArrayLike = 0.0
+    prefill_rank_imbalance: ArrayLike = 1.0
+    """Busiest attention-DP rank's prefill tokens over the mean: a prompt is prefilled on one
+    rank, so with fewer prompts per step than ranks the busiest rank carries a whole prompt while
+    the others wait at the next MoE synchronisation."""
 
     @property
     def decode_tokens(self):
@@ -149,6 +153,11 @@ class Shape:
     @property
     def new_tokens(self):
         return self.decode_tokens + self.prefill_tokens
+
+    def attention_tokens(self, layout: "Layout"):
+        """New tokens on the busiest attention rank (attention, dense and shared-expert blocks)."""
+        imb = np.where(np.asarray(layout.dp) > 1, self.prefill_rank_imbalance, 1.0)
+        return (self.decode_tokens + self.prefill_tokens * imb) / layout.dp
 
     @property
     def logit_tokens(self):
@@ -217,6 +226,10 @@ def _window_pairs(shape: Shape, window):
     return dec, pre, ctx
 
 
+def _rank_imbalance(shape: Shape, layout: Layout):
+    return np.where(np.asarray(layout.dp) > 1, shape.prefill_rank_imbalance, 1.0)
+
+
 def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout: Layout, fmt: Formats, layers) -> list[Op]:
     """Q/K/V/O projections and the attention core for GQA/MHA layers.
 
@@ -231,7 +244,7 @@ def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout:
     a = layout.attn_tp
     heads = att.n_heads / a
     kv_heads = np.maximum(att.n_kv_heads, a) / a
-    t = shape.new_tokens / layout.dp
+    t = shape.attention_tokens(layout)
     ops = [
         gemm("qkv_proj", t, (heads + 2 * kv_heads) * d, h, layers, fmt, "attention"),
         gemm("o_proj", t, h, heads * d, layers, fmt, "attention"),
@@ -242,9 +255,9 @@ def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout:
     for n_layers, window in groups:
         frac = layers * (n_layers / model.n_layers)
         dec, pre, ctx = _window_pairs(shape, window)
-        pairs = (dec + pre) / layout.dp
+        pairs = (dec + pre * _rank_imbalance(shape, layout)) / layout.dp
         kv_read = shape.decode_seqs * ctx / layout.dp * 2 * kv_heads * d * fmt.kvb
-        kv_write = shape.new_tokens / layout.dp * 2 * kv_heads * d * fmt.kvb
+        kv_write = t * 2 * kv_heads * d * fmt.kvb
         q_io = 2 * t * heads * d * HIDDEN_BYTES
         name = "attention" if window is None else "attention_sliding"
         ops.append(Op(name, OpKind.ATTENTION, frac, flops=4.0 * pairs * heads * d,
@@ -271,9 +284,9 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     a = layout.attn_tp
     heads = H / a
     r, rope, nope, vd = att.kv_lora_rank, att.qk_rope_head_dim, att.qk_nope_head_dim, att.v_head_dim
-    t = shape.new_tokens / layout.dp
+    t = shape.attention_tokens(layout)
     td = shape.decode_tokens / layout.dp
-    tp_ = shape.prefill_tokens / layout.dp
+    tp_ = t - td
     ops = []
     if att.q_lora_rank:
         ops.append(gemm("q_a_proj", t, att.q_lora_rank, h, layers, fmt, "attention"))
@@ -289,9 +302,10 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     dec, pre, ctx = _window_pairs(shape, None)
     latent = (r + rope) * fmt.kvb
     kv_read = shape.decode_seqs * ctx / layout.dp * latent
-    kv_write = shape.new_tokens / layout.dp * latent
+    kv_write = t * latent
     ops.append(Op("attention", OpKind.ATTENTION, layers,
-                  flops=2.0 * heads * ((dec / layout.dp) * (2 * r + rope) + (pre / layout.dp) * (nope + rope + vd)),
+                  flops=2.0 * heads * ((dec / layout.dp) * (2 * r + rope)
+                                       + (pre * _rank_imbalance(shape, layout) / layout.dp) * (nope + rope + vd)),
                   bytes=kv_read + kv_write + 2 * t * heads * (r + rope) * HIDDEN_BYTES,
                   precision=fmt.attention, block="attention"))
     ops.append(gemm("o_proj", t, h, heads * vd, layers, fmt, "attention"))
@@ -302,7 +316,7 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
 def attention_ops(model, shape, layout, fmt, layers) -> list[Op]:
     att = model.attention
     ops = (mla_attention_ops if isinstance(att, MlaAttention) else gqa_attention_ops)(model, att, shape, layout, fmt, layers)
-    t = shape.new_tokens / layout.dp
+    t = shape.attention_tokens(layout)
     ops.append(collective("attn_all_reduce", Collective.ALL_REDUCE, t * model.hidden_size * HIDDEN_BYTES,
                           layout.attn_tp, layers, "attention"))
     return ops
@@ -315,7 +329,7 @@ def dense_mlp_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, 
     """Gated MLP (gate+up fused, activation, down), split over the attention-TP group."""
     h, inter = model.hidden_size, model.intermediate_size or 0
     a = layout.attn_tp
-    t = shape.new_tokens / layout.dp
+    t = shape.attention_tokens(layout)
     return [
         gemm("mlp_gate_up", t, 2 * inter / a, h, layers, fmt, "mlp"),
         elementwise("mlp_act", t * inter / a, layers, "mlp", passes=1.5),
@@ -358,7 +372,7 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
     mt = layout.moe_tp
     w_expert = 3.0 * h * inter / mt * fmt.wb
     a = layout.attn_tp
-    t_attn = T / layout.dp
+    t_attn = shape.attention_tokens(layout)
     ops = [
         gemm("router", t_attn, E, h, layers, fmt, "moe"),
         gemm("experts_gate_up", assignments, 2 * inter / mt, h, layers, fmt, "moe",
@@ -387,7 +401,7 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
 
 
 def norm_ops(model, shape, layout, layers) -> list[Op]:
-    t = shape.new_tokens / layout.dp
+    t = shape.attention_tokens(layout)
     return [
         elementwise("input_norm", t * model.hidden_size, layers, "norm"),
         elementwise("post_attn_norm", t * model.hidden_size, layers, "norm"),
@@ -401,7 +415,7 @@ def head_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> li
     Counted once per step and divided by pp as an average over stages.
     """
     a = layout.attn_tp
-    t = shape.new_tokens / layout.dp
+    t = shape.attention_tokens(layout)
     tl = shape.logit_tokens / layout.dp
     per_stage = 1.0 / layout.pp
     head = gemm("lm_head", tl, model.vocab_size / a, model.hidden_size, per_stage, fmt, "head",

@@ -69,6 +69,8 @@ class Plan:
     """Named graph transforms applied to every step's operator graph (fusion)."""
     launch_scale: float = 1.0
     """Remaining fraction of per-kernel launch overhead (graph capture lowers it)."""
+    graph_max_batch: float | None = None
+    """Largest per-rank decode batch with a captured graph; larger steps launch eagerly."""
     comm_overlap: float = 0.0
     """Fraction of communication time hidden behind compute (two-batch overlap)."""
     overlap_min_tokens: float = 0.0
@@ -83,6 +85,8 @@ class Plan:
     """Bytes per element of MoE dispatch payloads (None: activation format)."""
     kernel_efficiency: float = 1.0
     """Software maturity multiplier on compute/attention efficiency (per-round preset)."""
+    moe_kernel_efficiency: float = 1.0
+    """Software maturity multiplier on routed-expert GEMM efficiency (per-round preset)."""
     host_overhead_scale: float = 1.0
     """Multiplier on the hardware's per-step host overhead (per-round preset)."""
     search: SearchSpace = field(default_factory=SearchSpace)

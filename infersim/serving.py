@@ -76,6 +76,21 @@ class ServingResult:
     """Fraction of engine time spent on prefill work."""
 
 
+def rank_imbalance(prompts_per_step, dp):
+    """Busiest attention-DP rank's share of a step's prompt tokens over the mean share.
+
+    Notes
+    -----
+    n prompts spread over dp ranks, each prompt on one rank: the busiest rank holds
+    ⌈n/dp⌉ ≈ max(1, n/dp) prompts against a mean of n/dp, so the factor is max(1, dp/n)
+    (at most dp). Reference: vLLM wide-EP blog (effects.md section 2): a compute-bound prefill
+    stalls the whole EP group.
+    """
+    n = np.maximum(np.asarray(prompts_per_step, dtype=float), 1e-9)
+    dp = np.asarray(dp, dtype=float)
+    return np.clip(dp / n, 1.0, dp)
+
+
 def prefix_hit(plan: Plan, workers):
     """Share of input tokens found in the prefix cache (broadcasts over ``workers``).
 
@@ -106,8 +121,10 @@ def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0
     L = plan.serving.tokens_per_step
     q = 1.0 + plan.serving.draft_depth
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
+    n_prefill = batch * L / stats.osl_mean
     shape = Shape(decode_seqs=batch, decode_q=q, decode_ctx=stats.context_mean,
-                  prefill_seqs=batch * L / stats.osl_mean, prefill_len=plen, prefill_len_sq=plen_sq)
+                  prefill_seqs=n_prefill, prefill_len=plen, prefill_len_sq=plen_sq,
+                  prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp))
     cost = step_cost(plan, layout, shape)
     t = cost.total
     tokens = batch * L / t
@@ -178,7 +195,8 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     n = np.ones_like(t_d)
     for _ in range(SERVER_FIXED_POINT_ITERATIONS):
         mixed = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
-                      prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq)
+                      prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
+                      prefill_rank_imbalance=rank_imbalance(n, layout.dp))
         s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
         rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
         n = np.maximum(rate * t_d / np.maximum(1.0 - rate * s_mean, 1e-6), 1.0)

@@ -38,7 +38,10 @@ class Fusion(Transform):
     """Fold elementwise ops into their producers."""
     graph_launch_fraction: float = Field(default=0.3, ge=0, le=1)
     """Share of the per-kernel launch cost left after graph capture (1 = no capture)."""
+    graph_max_batch: int | None = Field(default=None, ge=1)
+    """Largest per-rank decode batch with a captured graph (None: every batch is captured)."""
 
     def _apply(self, plan: Plan) -> Plan:
         passes = plan.graph_passes + ((("fusion", fold_elementwise),) if self.fuse_elementwise else ())
-        return replace(plan, graph_passes=passes, launch_scale=plan.launch_scale * self.graph_launch_fraction)
+        return replace(plan, graph_passes=passes, launch_scale=plan.launch_scale * self.graph_launch_fraction,
+                       graph_max_batch=self.graph_max_batch)

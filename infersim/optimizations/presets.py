@@ -27,6 +27,8 @@ class PresetSpec(Spec):
     """What the preset's contents are derived from."""
     kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
     """Multiplier on the hardware's compute and attention efficiencies (software maturity)."""
+    moe_kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
+    """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's maturity."""
     host_overhead_scale: float = Field(default=1.0, ge=0, le=10)
     """Multiplier on the hardware's per-step host overhead."""
     optimizations: list[dict] = Field(default_factory=list)

@@ -1,0 +1,248 @@
+"""Discrete-event simulation of the abstract serving queue of ``serving.queue_metrics`` (a test oracle).
+
+The server: one aggregated continuous-batching engine runs cycles back to back. Each cycle is a
+decode step of fixed duration ``t_d`` plus the prefill service times S_i of every request that was
+waiting at the cycle's start (gated admission: a request arriving during a cycle waits for the
+next). A request's first token arrives at the end of its prefill cycle; it then stays for
+m = ceil((OSL − 1)/L) decode cycles (L output tokens per sequence per cycle) and completes at the
+end of the last one. When nothing is running and nothing waits, the engine idles and starts a
+cycle at the next arrival. Arrivals are Poisson. The decode step time does not depend on the
+number of running sequences (the analytical model evaluates it at the mean occupancy B), so the
+cycle process is independent of the occupancy except through idling.
+
+Metrics, over a measurement window preceded by a warm-up and followed by a cool-down (arrivals go
+on, so the window's requests finish under load): TTFT = first token − arrival; TPOT of a request =
+(completion − first token)/(m·L), the mean of its decode cycles over L (equal to MLPerf's
+(completion − first token)/(OSL − 1) for L = 1 and integer OSL); occupancy = time-averaged number
+of requests in the engine (from the start of their prefill cycle to completion; Little's law:
+λ × time in the engine); decode_batch = mean number of decoding sequences per cycle (what the
+decode step is costed at); throughput = output tokens completed per second in the window.
+
+The engine loop runs in Python, one iteration per prefill cycle or per run of pure decode cycles
+(which are skipped in one step), so its cost is about linear in the number of requests and
+independent of the output length.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Trace:
+    """Raw simulation output: per-request times and the engine's cycles (seconds, cycle indices).
+
+    Cycles are stored as segments of equal-length cycles: segment j covers cycle indices
+    ``seg_k0[j] … seg_k0[j] + seg_n[j] − 1``, starting at ``seg_t0[j]``, each ``seg_dur[j]`` long.
+    """
+
+    arrival: np.ndarray
+    admit: np.ndarray
+    """Index of the cycle that prefilled the request."""
+    m: np.ndarray
+    """Decode cycles after the first token."""
+    start: np.ndarray
+    """Start of the prefill cycle."""
+    first: np.ndarray
+    """First-token time (end of the prefill cycle)."""
+    finish: np.ndarray
+    """Completion time (end of the last decode cycle)."""
+    seg_k0: np.ndarray
+    seg_t0: np.ndarray
+    seg_n: np.ndarray
+    seg_dur: np.ndarray
+    prefill_k: np.ndarray
+    """Indices of the cycles that carried prefills."""
+    prefill_work: np.ndarray
+    """Prefill service time in each of those cycles."""
+
+    def cycle_end(self, k):
+        """End time of cycle(s) ``k`` (vectorized)."""
+        k = np.asarray(k)
+        j = np.searchsorted(self.seg_k0, k, side="right") - 1
+        return self.seg_t0[j] + (k - self.seg_k0[j] + 1) * self.seg_dur[j]
+
+    def cycle_start(self, k):
+        k = np.asarray(k)
+        j = np.searchsorted(self.seg_k0, k, side="right") - 1
+        return self.seg_t0[j] + (k - self.seg_k0[j]) * self.seg_dur[j]
+
+
+def run(arrivals, service, decode_cycles, t_d: float) -> Trace:
+    """Simulate the engine for given arrival times (sorted), prefill service times and decode
+    cycle counts per request. Deterministic; every request runs to completion."""
+    if not t_d > 0:
+        raise ValueError("t_d must be > 0")
+    arrivals = np.asarray(arrivals, dtype=float)
+    service = np.asarray(service, dtype=float)
+    m = np.asarray(decode_cycles, dtype=np.int64)
+    n = len(arrivals)
+    if not (len(service) == len(m) == n) or n == 0:
+        raise ValueError("arrivals, service and decode_cycles must be non-empty and of equal length")
+    if np.any(np.diff(arrivals) < 0):
+        raise ValueError("arrivals must be sorted")
+    arr = arrivals.tolist()
+    cs = np.concatenate([[0.0], np.cumsum(service)]).tolist()
+    ml = m.tolist()
+    seg_k0, seg_t0, seg_n, seg_dur = [], [], [], []
+    adm_k, adm_hi = [], []
+    ptr, k, last, tau = 0, 0, -1, arr[0]
+    while ptr < n:
+        hi = bisect_right(arr, tau, ptr)
+        if hi > ptr:  # a cycle with prefills: everyone waiting at its start
+            d = t_d + (cs[hi] - cs[ptr])
+            mk = k + max(ml[ptr:hi])
+            if mk > last:
+                last = mk
+            adm_k.append(k)
+            adm_hi.append(hi)
+            seg_k0.append(k), seg_t0.append(tau), seg_n.append(1), seg_dur.append(d)
+            tau += d
+            k += 1
+            ptr = hi
+        elif last >= k:  # pure decode cycles up to the one during which the next request arrives
+            j = int((arr[ptr] - tau) / t_d) + 1
+            j = min(j, last - k + 1)
+            seg_k0.append(k), seg_t0.append(tau), seg_n.append(j), seg_dur.append(t_d)
+            tau += j * t_d
+            k += j
+        else:  # idle until the next arrival
+            tau = arr[ptr]
+    if last >= k:
+        seg_k0.append(k), seg_t0.append(tau), seg_n.append(last - k + 1), seg_dur.append(t_d)
+    adm_k = np.array(adm_k, dtype=np.int64)
+    adm_hi = np.array(adm_hi, dtype=np.int64)
+    counts = np.diff(np.concatenate([[0], adm_hi]))
+    admit = np.repeat(adm_k, counts)
+    seg = dict(seg_k0=np.array(seg_k0, dtype=np.int64), seg_t0=np.array(seg_t0), seg_n=np.array(seg_n, dtype=np.int64),
+               seg_dur=np.array(seg_dur))
+    cs = np.asarray(cs)
+    work = cs[adm_hi] - cs[adm_hi - counts]
+    tr = Trace(arrival=arrivals, admit=admit, m=m, start=np.empty(0), first=np.empty(0), finish=np.empty(0),
+               prefill_k=adm_k, prefill_work=work, **seg)
+    tr.start = tr.cycle_start(admit)
+    tr.first = tr.cycle_end(admit)
+    tr.finish = tr.cycle_end(admit + m)
+    return tr
+
+
+@dataclass
+class DesResult:
+    """Steady-state figures of one simulation (seconds, requests/s, tokens/s)."""
+
+    rate: float
+    """Arrival rate, requests/s."""
+    ttft_mean: float
+    ttft_p: float
+    """TTFT at the requested percentile."""
+    tpot_mean: float
+    tpot_p: float
+    occupancy: float
+    """Time-averaged number of requests in the engine (prefill cycle to completion)."""
+    decode_batch: float
+    """Mean number of decoding sequences per engine cycle."""
+    tokens_per_s: float
+    """Output tokens completed per second."""
+    prefill_share: float
+    """Fraction of time spent on prefill work (Σ S over time)."""
+    idle_share: float
+    """Fraction of time the engine idles."""
+    cycle_mean: float
+    cycle_var: float
+    n_requests: int
+    """Requests measured (arrived in the window)."""
+    n_simulated: int
+    wall_s: float
+    trace: Trace | None = None
+
+
+def decode_cycles(osl, L: float = 1.0):
+    """m = ceil((OSL − 1)/L) decode cycles after the first token (0 for OSL ≤ 1)."""
+    return np.maximum(np.ceil((np.asarray(osl, dtype=float) - 1.0) / L - 1e-9), 0).astype(np.int64)
+
+
+def service_support(isl_points, isl_probs, s_mean: float):
+    """Prefill service-time distribution S = s_mean · ISL / E[ISL] as (points, probabilities)."""
+    isl_points = np.asarray(isl_points, dtype=float)
+    isl_probs = np.asarray(isl_probs, dtype=float) / np.sum(isl_probs)
+    return s_mean * isl_points / np.sum(isl_probs * isl_points), isl_probs
+
+
+def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0, *, n_requests: int = 20000,
+             percentile: float = 99.0, seed: int = 0, warmup_s: float | None = None, cooldown_s: float | None = None,
+             keep_trace: bool = False) -> DesResult:
+    """Simulate Poisson arrivals at ``rate`` into the engine and measure the steady state.
+
+    ``service`` and ``osl`` are (points, probabilities) of the prefill service time (s) and of the
+    output length (tokens), drawn independently per request. About ``n_requests`` requests arrive
+    in the measurement window. The warm-up and cool-down default to the longest request's life
+    (max decode cycles × the mean cycle t_d/(1 − λE[S])) plus a tenth of the window, so the
+    occupancy is stationary over the whole window and every measured request finishes under load.
+    """
+    t0 = time.perf_counter()
+    s_pts, s_pr = (np.asarray(a, dtype=float) for a in service)
+    o_pts, o_pr = (np.asarray(a, dtype=float) for a in osl)
+    s_pr, o_pr = s_pr / s_pr.sum(), o_pr / o_pr.sum()
+    rho = rate * float(np.sum(s_pr * s_pts))
+    if not rate > 0 or rho >= 1.0:
+        raise ValueError(f"unstable or empty: rate={rate}, prefill load λE[S]={rho:.3f} (needs 0 < rate, λE[S] < 1)")
+    window = n_requests / rate
+    life = (int(decode_cycles(o_pts.max(), L)) + 2) * t_d / (1.0 - rho)
+    warmup_s = 1.1 * life + 0.1 * window if warmup_s is None else warmup_s
+    cooldown_s = 1.1 * life + 0.1 * window if cooldown_s is None else cooldown_s
+    horizon = warmup_s + window + cooldown_s
+    rng = np.random.default_rng(seed)
+    expect = rate * horizon
+    gaps = rng.exponential(1.0 / rate, int(expect + 6 * np.sqrt(expect) + 16))
+    arrivals = np.cumsum(gaps)
+    arrivals = arrivals[arrivals < horizon]
+    n = len(arrivals)
+    s = s_pts[rng.choice(len(s_pts), n, p=s_pr)] if len(s_pts) > 1 else np.full(n, s_pts[0])
+    o = o_pts[rng.choice(len(o_pts), n, p=o_pr)] if len(o_pts) > 1 else np.full(n, o_pts[0])
+    m = decode_cycles(o, L)
+    tr = run(arrivals, s, m, t_d)
+
+    w0, w1 = warmup_s, warmup_s + window
+    sel = (arrivals >= w0) & (arrivals < w1)
+    ttft = (tr.first - arrivals)[sel]
+    dec = sel & (m > 0)
+    tpot = ((tr.finish - tr.first)[dec]) / (m[dec] * L)
+    q = percentile
+    # the window's cycles: from the first one starting at or after w0 to the last one ending by w1
+    ends = tr.seg_t0 + tr.seg_n * tr.seg_dur
+    j0 = int(np.searchsorted(tr.seg_t0, w0, side="left"))
+    j1 = int(np.searchsorted(ends, w1, side="right")) - 1
+    k_lo, k_hi = int(tr.seg_k0[j0]), int(tr.seg_k0[j1] + tr.seg_n[j1] - 1)
+    t_lo, t_hi = float(tr.seg_t0[j0]), float(ends[j1])
+    span = t_hi - t_lo
+    n_cycles = k_hi - k_lo + 1
+    busy = float(np.sum(tr.seg_n[j0:j1 + 1] * tr.seg_dur[j0:j1 + 1]))
+    cyc_sq = float(np.sum(tr.seg_n[j0:j1 + 1] * tr.seg_dur[j0:j1 + 1] ** 2))
+    cycle_mean = busy / n_cycles
+    cycle_var = cyc_sq / n_cycles - cycle_mean**2
+    occ = np.clip(np.minimum(tr.finish, t_hi) - np.maximum(tr.start, t_lo), 0.0, None).sum() / span
+    # decode cycles of each request inside [k_lo, k_hi]; output tokens: 1 at the first token, then
+    # (OSL − 1)/m per decode cycle
+    d_in = np.clip(np.minimum(tr.admit + m, k_hi) - np.maximum(tr.admit + 1, k_lo) + 1, 0, None)
+    first_in = (tr.admit >= k_lo) & (tr.admit <= k_hi)
+    tokens = first_in.sum() + np.sum(np.where(m > 0, (o - 1.0) * d_in / np.maximum(m, 1), 0.0))
+    pk = (tr.prefill_k >= k_lo) & (tr.prefill_k <= k_hi)
+    return DesResult(
+        rate=rate, ttft_mean=float(ttft.mean()), ttft_p=float(np.percentile(ttft, q)),
+        tpot_mean=float(tpot.mean()) if len(tpot) else float("nan"),
+        tpot_p=float(np.percentile(tpot, q)) if len(tpot) else float("nan"),
+        occupancy=float(occ), decode_batch=float(d_in.sum() / n_cycles), tokens_per_s=float(tokens / span),
+        prefill_share=float(tr.prefill_work[pk].sum() / span), idle_share=float(1.0 - busy / span),
+        cycle_mean=cycle_mean, cycle_var=cycle_var, n_requests=int(sel.sum()), n_simulated=n,
+        wall_s=time.perf_counter() - t0, trace=tr if keep_trace else None)
+
+
+def simulate_workload(workload, rate: float, t_d: float, s_mean: float, L: float = 1.0, **kw) -> DesResult:
+    """``simulate`` with ISL/OSL drawn from a ``WorkloadSpec``'s discrete supports; the prefill
+    service time is proportional to the ISL (S = s_mean · ISL / E[ISL])."""
+    xi, pi = workload.isl.support
+    return simulate(rate, t_d, service_support(xi, pi, s_mean), workload.osl.support, L, **kw)
