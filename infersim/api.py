@@ -40,8 +40,9 @@ class Inputs:
     scenario_id: str
 
 
-def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: float | None = None) -> Inputs:
-    """Resolve IDs/paths (or accept spec objects) and apply ISL/OSL overrides."""
+def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: float | None = None,
+                trace=None) -> Inputs:
+    """Resolve IDs/paths (or accept spec objects) and apply ISL/OSL or trace overrides."""
     def get(kind, x):
         if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
             return catalog.load(kind, x), catalog.profile_id(kind, x)
@@ -54,6 +55,13 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
             raise SpecError("no --model given and the scenario names no default model")
         model = sc.model
     md, md_id = get("model", model)
+    if trace is not None:
+        from pathlib import Path
+
+        from .specs.scenario import load_trace
+
+        t_isl, t_osl = load_trace(Path(trace))
+        sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"isl": t_isl, "osl": t_osl})})
     if isl is not None or osl is not None:
         wl = sc.workload
         if isl is not None:
@@ -246,7 +254,7 @@ def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, 
 
 
 def predict(hardware, model, scenario, accelerators: int | None = None, *, round: str | None = None,
-            isl: float | None = None, osl: float | None = None, tp: int | None = None, ep: int | None = None,
+            isl: float | None = None, osl: float | None = None, trace=None, tp: int | None = None, ep: int | None = None,
             dp: int | None = None, pp: int | None = None, batch: float | None = None,
             enable: list[str] = (), disable: list[str] = (), params: dict | None = None,
             price_per_hour: float | None = None, raise_infeasible: bool = False,
@@ -257,7 +265,7 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
     Unset layout arguments are searched; set ones are fixed. ``round`` selects a software preset
     (default: the latest).
     """
-    inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl)
+    inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl, trace=trace)
     hw = inputs.hardware
     n = int(accelerators) if accelerators is not None else default_accelerators(hw)
     if n < 1 or n > 1_000_000:

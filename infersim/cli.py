@@ -332,6 +332,7 @@ def run_cmd(
     round_: Optional[str] = typer.Option(None, "--round", help="MLPerf round whose software preset to use, e.g. v5.1 (default: latest)."),
     isl: Optional[float] = typer.Option(None, "--isl", help="Override the mean input length, tokens."),
     osl: Optional[float] = typer.Option(None, "--osl", help="Override the mean output length, tokens."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="CSV of (isl, osl) per request replacing the scenario's lengths."),
     tp: Optional[int] = typer.Option(None, "--tp", help="Fix tensor parallelism (else searched)."),
     ep: Optional[int] = typer.Option(None, "--ep", help="Fix expert parallelism (else searched)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Fix attention data parallelism within the TP group (else searched)."),
@@ -347,7 +348,7 @@ def run_cmd(
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, report
 
-    pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, tp=tp, ep=ep, dp=dp,
+    pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
                        params=api.parse_param_overrides(set_ or []), price_per_hour=price)
     d = pred.to_dict()

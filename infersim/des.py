@@ -141,6 +141,9 @@ class DesResult:
     """TTFT at the requested percentile."""
     tpot_mean: float
     tpot_p: float
+    e2e_mean: float
+    """End-to-end latency (completion − arrival)."""
+    e2e_p: float
     occupancy: float
     """Time-averaged number of requests in the engine (prefill cycle to completion)."""
     decode_batch: float
@@ -211,6 +214,7 @@ def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0
     ttft = (tr.first - arrivals)[sel]
     dec = sel & (m > 0)
     tpot = ((tr.finish - tr.first)[dec]) / (m[dec] * L)
+    e2e = (tr.finish - arrivals)[sel]
     q = percentile
     # the window's cycles: from the first one starting at or after w0 to the last one ending by w1
     ends = tr.seg_t0 + tr.seg_n * tr.seg_dur
@@ -235,8 +239,9 @@ def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0
         rate=rate, ttft_mean=float(ttft.mean()), ttft_p=float(np.percentile(ttft, q)),
         tpot_mean=float(tpot.mean()) if len(tpot) else float("nan"),
         tpot_p=float(np.percentile(tpot, q)) if len(tpot) else float("nan"),
+        e2e_mean=float(e2e.mean()), e2e_p=float(np.percentile(e2e, q)),
         occupancy=float(occ), decode_batch=float(d_in.sum() / n_cycles), tokens_per_s=float(tokens / span),
-        prefill_share=float(tr.prefill_work[pk].sum() / span), idle_share=float(1.0 - busy / span),
+        prefill_share=float(tr.prefill_work[pk].sum() / span), idle_share=max(0.0, float(1.0 - busy / span)),
         cycle_mean=cycle_mean, cycle_var=cycle_var, n_requests=int(sel.sum()), n_simulated=n,
         wall_s=time.perf_counter() - t0, trace=tr if keep_trace else None)
 

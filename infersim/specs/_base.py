@@ -8,6 +8,7 @@ field path.
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -48,6 +49,12 @@ def format_validation_error(err: ValidationError, data: Any = None) -> tuple[str
     else:
         path = _document_path(loc, data, missing=first.get("type") == "missing")
     msg = first.get("msg", "invalid value")
+    # cross-field validators name the offending sub-field as "field: message"
+    sub = re.match(r"^Value error, ([a-z_][a-z0-9_]*): (.*)$", msg, re.S)
+    if sub:
+        path = f"{path}.{sub.group(1)}" if path else sub.group(1)
+        msg = sub.group(2)
+        return path, msg
     got = first.get("input")
     if first.get("type") not in ("missing",) and not isinstance(got, (dict, list)):
         text = repr(got)

@@ -21,7 +21,7 @@ from ._base import Spec, load_spec, read_yaml, validate_data
 from .hardware import HardwareSpec
 from .model import ModelSpec
 from .scenario import ScenarioFile as _ScenarioShim
-from .scenario import ScenarioSpec
+from .scenario import ScenarioSpec, with_trace
 
 Kind = Literal["hardware", "model", "scenario"]
 KINDS: tuple[str, ...] = ("hardware", "model", "scenario")
@@ -107,7 +107,10 @@ def validate_kind(kind: str, data, file: str | None = None) -> Spec:
 
 @lru_cache(maxsize=256)
 def _load_cached(kind: str, path: str, mtime: float) -> Spec:
-    return validate_kind(kind, read_yaml(Path(path)), file=path)
+    spec = validate_kind(kind, read_yaml(Path(path)), file=path)
+    if kind == "scenario":
+        spec = with_trace(spec, Path(path).parent)
+    return spec
 
 
 def load(kind: str, name: str | Path) -> Spec:

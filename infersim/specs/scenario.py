@@ -108,18 +108,27 @@ def length_support(spec: LengthSpec, n: int = 64) -> tuple[np.ndarray, np.ndarra
 
 
 class WorkloadSpec(Spec):
-    isl: LengthSpec
-    """Input (prompt) length per request."""
-    osl: LengthSpec
-    """Output (generated) length per request."""
+    isl: LengthSpec | None = None
+    """Input (prompt) length per request (required unless ``trace`` is given)."""
+    osl: LengthSpec | None = None
+    """Output (generated) length per request (required unless ``trace`` is given)."""
     trace: str | None = None
-    """Optional CSV of (isl, osl) pairs; when set it replaces isl/osl statistics."""
+    """CSV file with columns ``isl`` and ``osl`` (one row per request, tokens), relative to the
+    scenario file; when set, the lengths' empirical distributions replace isl/osl."""
     prefix_share_fraction: float = Field(default=0.0, ge=0, le=1)
     """Fraction of input tokens that are a prefix shared with earlier requests (reusable KV)."""
     images_per_request: NonNegativeFloat = 0.0
     """Images per request for multimodal models (vision encoder runs once per image)."""
     image_pixels: PositiveFloat | None = None
     """Pixels per image for multimodal requests."""
+
+    @model_validator(mode="after")
+    def _lengths(self):
+        if self.trace is None:
+            for name in ("isl", "osl"):
+                if getattr(self, name) is None:
+                    raise ValueError(f"{name}: Field required (or give a trace file)")
+        return self
 
 
 class SloSpec(Spec):
@@ -199,3 +208,52 @@ ScenarioSpec = Annotated[Union[OfflineScenario, ServerScenario], Field(discrimin
 
 class ScenarioFile(RootModel[ScenarioSpec]):
     """A scenario YAML document (the union dispatched on ``kind``)."""
+
+
+def load_trace(path: Path) -> tuple[LengthSpec, LengthSpec]:
+    """Read a CSV trace of (isl, osl) pairs into two histogram LengthSpecs.
+
+    Errors name the file, the row and the column; lengths must be positive token counts.
+    """
+    import csv
+
+    from ..errors import SpecError
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read trace ({exc})", file=str(path)) from None
+    reader = csv.DictReader(text.splitlines())
+    if reader.fieldnames is None or not {"isl", "osl"} <= set(reader.fieldnames):
+        raise SpecError("trace needs columns 'isl' and 'osl' (tokens)", file=str(path))
+    isl, osl = [], []
+    for i, row in enumerate(reader, start=2):
+        for col, out in (("isl", isl), ("osl", osl)):
+            try:
+                v = float(row[col])
+            except (TypeError, ValueError):
+                raise SpecError(f"row {i}, column {col}: expected a number of tokens (got {row[col]!r})", file=str(path)) from None
+            if not 0 < v <= 10_000_000:
+                raise SpecError(f"row {i}, column {col}: expected 0 < tokens <= 1e7 (got {v})", file=str(path))
+            out.append(v)
+    if not isl:
+        raise SpecError("trace has no rows", file=str(path))
+
+    def spec(values: list[float]) -> LengthSpec:
+        x, counts = np.unique(np.asarray(values), return_counts=True)
+        return LengthSpec(mean=float(np.mean(values)), max=float(x[-1]),
+                          histogram=[(float(a), float(c)) for a, c in zip(x, counts)])
+
+    return spec(isl), spec(osl)
+
+
+def with_trace(scenario, base_dir: Path):
+    """The scenario with its trace (if any) loaded into isl/osl histograms."""
+    wl = scenario.workload
+    if wl.trace is None:
+        return scenario
+    path = Path(wl.trace)
+    if not path.is_absolute():
+        path = base_dir / path
+    isl, osl = load_trace(path)
+    return scenario.model_copy(update={"workload": wl.model_copy(update={"isl": isl, "osl": osl})})
