@@ -57,7 +57,7 @@ def moe_imbalance(plan: Plan, layout: Layout, tokens):
     experts_per_rank = moe.n_routed_experts / ep
     skew = plan.moe_popularity_cv * (1 - plan.eplb_efficiency) * np.sqrt(2 * np.log(np.maximum(ep, 1))) / np.sqrt(experts_per_rank)
     noise = plan.moe_imbalance_noise * np.sqrt(ep / np.maximum(tokens * moe.top_k, 1.0))
-    return np.where(ep > 1, 1.0 + skew + np.minimum(noise, ep - 1), 1.0)
+    return np.where(ep > 1, np.minimum(1.0 + skew + noise, ep), 1.0)  # the busiest rank holds at most all
 
 
 def draft_graph(plan: Plan, layout: Layout, stage_shape: Shape, imbalance):

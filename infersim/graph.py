@@ -368,7 +368,7 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
     t_rank = T / layout.tp
     assignments = T * k / layout.ep * imbalance
     experts_here = expected_experts_touched(E, k, T) / layout.ep
-    per_expert_m = T * k / E
+    per_expert_m = assignments / np.maximum(experts_here, 1e-12)  # rows per touched expert on this rank
     mt = layout.moe_tp
     w_expert = 3.0 * h * inter / mt * fmt.wb
     a = layout.attn_tp

@@ -25,10 +25,14 @@ def weight_bytes_per_device(model: ModelSpec, layout: Layout, fmt: Formats):
     Notes
     -----
     (non-expert linear / attn_tp + routed experts / tp) · weight bytes / pp
-    + (embedding + LM head) / attn_tp · 2 B (kept 16 bit, held by the first/last stage).
+    + embedding and LM head / attn_tp · 2 B (16 bit; with pp > 1 the first stage holds the
+    embedding and the last the head, so the larger of the two bounds a device).
     """
     linear = model.linear_params_non_expert / layout.attn_tp + model.routed_expert_params / layout.tp
-    emb = (model.embedding_params + model.lm_head_params) / layout.attn_tp * BYTES_PER_ELEMENT["bf16"]
+    # the first stage holds the embedding, the last the LM head; with pp = 1 one device holds both
+    tables = np.where(np.asarray(layout.pp) > 1, max(model.embedding_params, model.lm_head_params),
+                      model.embedding_params + model.lm_head_params)
+    emb = tables / layout.attn_tp * BYTES_PER_ELEMENT["bf16"]
     return linear * fmt.wb / layout.pp + emb
 
 

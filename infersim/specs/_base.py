@@ -26,6 +26,13 @@ DateStr = Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v
 class Spec(BaseModel):
     """Base of every spec: frozen, extra keys forbidden, attribute docstrings become descriptions."""
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
+        """A copy with ``update`` applied *and validated*; derived (cached) quantities are
+        recomputed rather than copied stale from the original."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self).model_validate({**self.model_dump(), **update})
+
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",

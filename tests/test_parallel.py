@@ -1,0 +1,214 @@
+"""Layouts and feasibility (infersim.parallel) and the layout × batch search built on them
+(infersim.search.evaluate): weight sharding, candidate layouts, divisibility reasons, and the
+mask/reason invariants and array == scalar equality of the search grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infersim import parallel, search
+from infersim.errors import Reason
+from infersim.graph import Formats, Layout
+from infersim.plan import Plan, SearchSpace
+from infersim.serving import WorkloadStats
+
+import strategies as S
+
+BF16 = Formats("bf16", "bf16", "bf16")
+FP8 = Formats("fp8", "fp8", "fp8")
+H100 = S.hardware("h100-sxm")
+LLAMA8B = S.model("llama3.1-8b")
+R1 = S.model("deepseek-r1")
+MIXTRAL = S.model("mixtral-8x7b")
+
+
+# ---- weights per device ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_weight_bytes_per_device_sum_to_model_total_dense(tp):
+    # Llama 3.1 8B: 8,029,995,008 params · 2 B = 16,059,990,016 B in bf16.
+    # fp8 linear layers: 6,979,321,856 · 1 B + (embedding + LM head) 1,050,673,152 · 2 B (kept 16 bit)
+    #   = 6,979,321,856 + 2,101,346,304 = 9,080,668,160 B.
+    for fmt, total in ((BF16, 16_059_990_016), (FP8, 9_080_668_160)):
+        per_device = parallel.weight_bytes_per_device(LLAMA8B, Layout(tp=tp), fmt)
+        assert tp * float(per_device) == pytest.approx(total, rel=1e-12)
+        assert total == pytest.approx(LLAMA8B.weight_bytes(fmt.weights), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp,ep", [(1, 1), (8, 1), (8, 8), (16, 4), (64, 64)])
+def test_weight_bytes_per_device_sum_to_model_total_moe(tp, ep):
+    # DeepSeek-R1 fp8: (15,263,268,864 non-expert + 653,908,770,816 routed) · 1 B
+    #   + (926,679,040 · 2 embedding/head) · 2 B = 669,172,039,680 + 3,706,716,160 = 672,878,755,840 B
+    # Routed experts split over all tp ranks whatever the ep/tp mix.
+    per_device = parallel.weight_bytes_per_device(R1, Layout(tp=tp, ep=ep), FP8)
+    assert tp * float(per_device) == pytest.approx(672_878_755_840, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp,pp", [(1, 2), (2, 2), (1, 4), (4, 4), (8, 2)])
+def test_weight_bytes_per_device_with_pipeline_stages(tp, pp):
+    # Linear weights split over tp·pp devices; the embedding (first stage) and LM head (last stage)
+    # are not split by pp. The per-device figure is the worst device, so tp·pp of them cover the
+    # model, and no device holds more than its linear share plus both 16-bit tables / tp.
+    m = LLAMA8B
+    per_device = float(parallel.weight_bytes_per_device(m, Layout(tp=tp, pp=pp), FP8))
+    linear_share = m.linear_params_non_expert * 1.0 / (tp * pp)
+    tables = (m.embedding_params + m.lm_head_params) * 2.0 / tp
+    assert tp * pp * per_device >= m.weight_bytes("fp8") * (1 - 1e-12)
+    assert per_device <= (linear_share + tables) * (1 + 1e-12)
+    assert per_device >= linear_share + max(m.embedding_params, m.lm_head_params) * 2.0 / tp - 1
+
+
+def test_attention_dp_replicates_attention_weights():
+    # dp = tp: attention (and shared experts) are replicated on every rank (attn_tp = 1); routed
+    # experts still split tp ways. R1 fp8, tp = 8:
+    #   non-expert 15,263,268,864 · 1 + tables 3,706,716,160 + routed 653,908,770,816 / 8
+    per_device = parallel.weight_bytes_per_device(R1, Layout(tp=8, ep=8, dp=8), FP8)
+    assert float(per_device) == pytest.approx(15_263_268_864 + 3_706_716_160 + 653_908_770_816 / 8, rel=1e-12)
+
+
+def test_kv_bytes_per_sequence_on_its_rank():
+    # Llama 8B bf16, 1000 tokens: 1000 · 131,072 B = 131,072,000 B unsharded;
+    # tp = 4 → 2 of 8 KV heads per rank: 32,768,000 B; tp = 16 → one (replicated) head: 16,384,000 B
+    for tp, expected in ((1, 131_072_000), (4, 32_768_000), (16, 16_384_000)):
+        got = parallel.kv_bytes_per_seq_device(LLAMA8B, Layout(tp=tp), BF16, 1000)
+        assert float(got) == pytest.approx(expected, rel=1e-12)
+    # MLA: the latent is not split by heads, every attention rank holds its sequences' whole latent
+    got = parallel.kv_bytes_per_seq_device(R1, Layout(tp=8), BF16, 1000)
+    assert float(got) == pytest.approx(70_272_000, rel=1e-12)
+
+
+def test_max_batch_by_hand_llama8b_h100():
+    # H100 80 GiB = 85,899,345,920 B − reserve 4 GiB (4,294,967,296) − weights 16,059,990,016 (bf16)
+    #   − activations of an empty step (0) = 65,544,388,608 B; · kv_fraction 0.92 = 60,300,837,519 B.
+    # Per sequence at context 2048: 2048 · 131,072 = 268,435,456 B → 224.63 sequences.
+    plan = Plan(hardware=H100, model=LLAMA8B, formats=BF16)
+    got = float(parallel.max_batch(plan, Layout(), 2048, 0.0))
+    assert got == pytest.approx(0.92 * (85_899_345_920 - 4_294_967_296 - 16_059_990_016) / 268_435_456, rel=1e-12)
+    assert got == pytest.approx(224.63, rel=1e-4)
+
+
+# ---- candidate layouts and divisibility ----------------------------------------------------------------------
+
+
+def test_candidate_layouts_dense_on_8():
+    # tp, pp ∈ powers of two with tp·pp dividing 8: (1,1) (1,2) (1,4) (1,8) (2,1) (2,2) (2,4) (4,1) (4,2) (8,1)
+    plan = Plan(hardware=H100, model=LLAMA8B, formats=BF16)
+    lay = parallel.candidate_layouts(plan, 8)
+    got = set(zip(lay["tp"].astype(int), lay["pp"].astype(int)))
+    assert got == {(1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)}
+    assert np.all(lay["ep"] == 1) and np.all(lay["dp"] == 1)  # dense: no experts, no attention DP
+    ok, reason = parallel.layout_feasibility(LLAMA8B, search.layout_grid(lay), 8)
+    assert np.all(ok) and np.all(reason == Reason.NONE)
+
+
+def test_candidate_layouts_moe_respect_ep_and_dp_rules():
+    plan = Plan(hardware=H100, model=R1, formats=FP8, search=SearchSpace(attention_dp=True))
+    lay = parallel.candidate_layouts(plan, 16)
+    tp, pp, ep, dp = (lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))
+    assert np.all(16 % (tp * pp) == 0)
+    assert np.all(tp % ep == 0) and np.all(ep <= plan.search.ep_max)  # ep divides tp, ≤ one node
+    assert np.all((dp == 1) | (dp == tp))  # attention DP is off or spans the tp group
+    assert {(16, 1, 8, 16), (16, 1, 8, 1), (8, 2, 8, 8), (1, 1, 1, 1)} <= set(zip(tp, pp, ep, dp))
+
+
+def test_tp_valid_while_attention_tp_divides_heads():
+    # Llama 3.1 8B: 32 query heads, 8 KV heads. tp ≤ 8 splits KV heads; 16 and 32 replicate them
+    # (tp a multiple of 8); 64+ leaves ranks without a query head.
+    tps = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], dtype=float)
+    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=tps), tps)
+    np.testing.assert_array_equal(ok, tps <= 32)
+    np.testing.assert_array_equal(reason, np.where(tps <= 32, Reason.NONE, Reason.DIVISIBILITY))
+
+
+def test_kv_head_divisibility_is_checked_separately():
+    # 24 query heads, 8 KV heads: tp = 3, 6, 12 divide the query heads but neither divide nor are
+    # a multiple of the 8 KV heads; tp = 24 replicates each KV head 3 times.
+    att = S.respec(LLAMA8B.attention, n_heads=24, n_kv_heads=8)
+    m = S.respec(LLAMA8B, attention=att)
+    tps = np.array([1, 2, 3, 4, 6, 8, 12, 24], dtype=float)
+    ok, reason = parallel.layout_feasibility(m, Layout(tp=tps), tps)
+    np.testing.assert_array_equal(ok, [True, True, False, True, False, True, False, True])
+    assert np.all(reason[~ok] == Reason.DIVISIBILITY)
+
+
+def test_ep_not_dividing_experts_is_a_divisibility_reason():
+    # Mixtral: 8 experts, 32 heads / 8 KV heads. tp = 16, ep = 16 → 8 % 16 ≠ 0; ep = 8 is fine.
+    ok, reason = parallel.layout_feasibility(MIXTRAL, Layout(tp=16, ep=np.array([16.0, 8.0])), 16)
+    np.testing.assert_array_equal(ok, [False, True])
+    np.testing.assert_array_equal(reason, [Reason.DIVISIBILITY, Reason.NONE])
+    # ep must also divide tp: tp = 4, ep = 8
+    ok, reason = parallel.layout_feasibility(MIXTRAL, Layout(tp=4, ep=8), 4)
+    assert not ok and reason == Reason.DIVISIBILITY
+
+
+def test_layout_must_divide_accelerators_and_layers():
+    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=4, pp=2), 12)  # 12 % 8 ≠ 0
+    assert not ok and reason == Reason.DIVISIBILITY
+    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(pp=64), 64)  # 64 stages > 32 layers
+    assert not ok and reason == Reason.DIVISIBILITY
+
+
+# ---- search.evaluate: masks, reasons, array == scalar --------------------------------------------------------
+
+
+@given(plan=S.plans(), scenario_id=S.scenario_ids, accelerators=st.sampled_from([1, 2, 4, 8, 16, 64]),
+       tp=st.sampled_from([None, 1, 3, 4, 8, 16]), max_batch=st.sampled_from([None, 64.0]))
+@S.examples(40)
+def test_search_points_feasible_iff_reason_zero(plan, scenario_id, accelerators, tp, max_batch):
+    plan = replace(plan, search=SearchSpace(tp=None if tp is None else (tp,), max_batch=max_batch))
+    grid = search.evaluate(plan, S.scenario(scenario_id), accelerators)
+    ok, reason = grid.ok, np.broadcast_to(grid.reason, grid.ok.shape)
+    np.testing.assert_array_equal(ok, reason == Reason.NONE)
+    assert set(np.unique(reason)) <= {int(r) for r in Reason}
+    assert np.all(grid.per_accelerator[~ok] == 0)
+    assert np.all(np.isfinite(grid.per_accelerator[ok])) and np.all(grid.per_accelerator[ok] > 0)
+    assert sum(grid.reasons().values()) == int(np.sum(~ok))
+
+
+_SEARCH_CASES = {
+    "llama3.1-8b": ("h100-sxm", "mlperf-llama3.1-8b-server", 8),  # dense GQA
+    "deepseek-r1": ("b200", "mlperf-deepseek-r1-interactive", 8),  # MLA MoE
+    "gpt-oss-120b": ("h200-sxm", "mlperf-gpt-oss-120b-server", 4),  # sliding-window GQA MoE
+}
+
+
+def _single(grid, i, j):
+    s = grid.serving
+    pick = lambda a: float(np.broadcast_to(a, grid.ok.shape)[i, j])  # noqa: E731
+    return {"ok": bool(grid.ok[i, j]), "reason": int(np.broadcast_to(grid.reason, grid.ok.shape)[i, j]),
+            "per_accelerator": float(grid.per_accelerator[i, j]), "max_batch": float(grid.max_batch[i, j]),
+            "tokens_per_s": pick(s.tokens_per_s), "ttft_p99": pick(s.ttft_p99), "tpot_p99": pick(s.tpot_p99),
+            "step": pick(s.step.total)}
+
+
+@pytest.mark.parametrize("model_id", sorted(_SEARCH_CASES))
+@given(data=st.data())
+@S.examples(15)
+def test_search_array_path_equals_scalar_path(model_id, data):
+    hw_id, scenario_id, accelerators = _SEARCH_CASES[model_id]
+    plan = data.draw(S.plans(model_id=st.just(model_id), hardware_id=st.just(hw_id)))
+    plan = replace(plan, search=SearchSpace(attention_dp=True))
+    scenario = S.scenario(scenario_id)
+    stats = WorkloadStats.from_workload(scenario.workload)
+    isl = data.draw(st.sampled_from([128.0, 1000.0, 8000.0]))  # the context axis
+    stats = replace(stats, isl_mean=isl, isl_sq=isl * isl)
+    batch = data.draw(S.sorted_subset([1.0, 4.0, 16.0, 100.0, 512.0, 2048.0], max_size=3))
+    grid = search.evaluate(plan, scenario, accelerators, stats, batch_axis=batch)
+    rows = data.draw(st.lists(st.integers(0, len(grid.layouts["tp"]) - 1), min_size=1, max_size=3, unique=True))
+    for i in rows:
+        fixed = {k: (int(grid.layouts[k][i]),) for k in ("tp", "pp", "ep", "dp")}
+        for j, b in enumerate(batch):
+            alone = replace(plan, search=replace(plan.search, batch=(float(b),), **fixed))
+            one = search.evaluate(alone, scenario, accelerators, stats)
+            assert one.ok.shape == (1, 1)
+            want, got = _single(one, 0, 0), _single(grid, i, j)
+            assert got["ok"] == want["ok"] and got["reason"] == want["reason"], (fixed, b)
+            for key in ("per_accelerator", "max_batch", "tokens_per_s", "ttft_p99", "tpot_p99", "step"):
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-9, err_msg=f"{key} at {fixed}, batch {b}")

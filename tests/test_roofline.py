@@ -1,0 +1,153 @@
+"""The costing oracle: roofline op time and collective time (infersim.roofline, infersim.comm).
+
+Hand-computed formula cases first, then properties. Collective costs live here with the roofline
+because together they are the one pricing function every op record goes through.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infersim import comm, roofline
+from infersim.graph import Collective
+from infersim.roofline import Bound
+
+import strategies as S
+
+H100 = S.hardware("h100-sxm")
+MI300X = S.hardware("mi300x")
+
+
+# ---- roofline ------------------------------------------------------------------------------------
+
+
+def test_op_time_takes_the_slower_of_compute_and_memory():
+    # compute: 1e12 FLOP / (0.5 · 1e15 FLOP/s) = 2.0e-3 s
+    # memory:  1e9 B / (0.8 · 2e12 B/s)        = 6.25e-4 s  → compute-bound, t = 2 ms
+    t, tc, tm = roofline.op_time(1e12, 1e9, 1e15, 2e12, 0.5, 0.8)
+    assert tc == pytest.approx(2.0e-3, rel=1e-12)
+    assert tm == pytest.approx(6.25e-4, rel=1e-12)
+    assert t == pytest.approx(2.0e-3, rel=1e-12)
+    assert roofline.bound_by(tc, tm) == Bound.COMPUTE
+    # 10x the bytes: memory 6.25e-3 s > compute 2e-3 s
+    t, tc, tm = roofline.op_time(1e12, 1e10, 1e15, 2e12, 0.5, 0.8)
+    assert t == pytest.approx(6.25e-3, rel=1e-12)
+    assert roofline.bound_by(tc, tm) == Bound.MEMORY
+
+
+def test_bound_by_tie_counts_as_compute():
+    assert roofline.bound_by(1.0, 1.0) == Bound.COMPUTE
+
+
+def test_op_time_broadcasts_over_a_grid():
+    flops = np.array([1e9, 1e12, 1e15])[:, None]  # [3, 1]
+    bw = np.array([1e12, 2e12, 4e12, 8e12])[None, :]  # [1, 4]
+    t, tc, tm = roofline.op_time(flops, 1e9, 1e15, bw, 0.75, 0.8)
+    assert t.shape == (3, 4)  # tc is [3, 1] and tm [1, 4]: each keeps only the axes it depends on
+    assert tc.shape == (3, 1) and tm.shape == (1, 4)
+    np.testing.assert_allclose(t, np.maximum(flops / 0.75e15, 1e9 / (0.8 * bw)), rtol=1e-12)
+
+
+def test_gemm_efficiency_half_point_and_limits():
+    # η(m) = 0.8 · m / (m + 32): m = 32 → 0.4; m = 1 → 0.8/33; m = 1e9 → ≈ 0.8
+    assert roofline.gemm_efficiency(32, 0.8, 32) == pytest.approx(0.4)
+    assert roofline.gemm_efficiency(1, 0.8, 32) == pytest.approx(0.8 / 33)
+    assert roofline.gemm_efficiency(1e9, 0.8, 32) == pytest.approx(0.8, rel=1e-6)
+    # m_half = 0: flat efficiency at every size
+    np.testing.assert_allclose(roofline.gemm_efficiency(np.array([1, 7, 4096]), 0.7, 0.0), 0.7)
+
+
+@given(m1=st.floats(0.5, 1e6), m2=st.floats(0.5, 1e6), cf=st.floats(0.05, 1.0), mh=st.floats(0.0, 512.0))
+@S.examples(50)
+def test_gemm_efficiency_is_monotone_and_bounded(m1, m2, cf, mh):
+    lo, hi = sorted((m1, m2))
+    e_lo, e_hi = roofline.gemm_efficiency(lo, cf, mh), roofline.gemm_efficiency(hi, cf, mh)
+    assert 0 < e_lo <= e_hi * (1 + 1e-12)
+    assert e_hi <= cf * (1 + 1e-12)
+
+
+@given(flops=st.floats(0, 1e18), nbytes=st.floats(0, 1e13), rate=st.floats(1e12, 1e16), bw=st.floats(1e11, 1e14),
+       ce=st.floats(0.01, 1), me=st.floats(0.01, 1))
+@S.examples(50)
+def test_op_time_is_at_least_each_roof(flops, nbytes, rate, bw, ce, me):
+    t, tc, tm = roofline.op_time(flops, nbytes, rate, bw, ce, me)
+    assert t >= flops / rate * (1 - 1e-12)  # never faster than peak compute
+    assert t >= nbytes / bw * (1 - 1e-12)  # never faster than peak bandwidth
+    assert t == max(tc, tm)
+
+
+# ---- collectives -----------------------------------------------------------------------------------
+
+
+def test_all_reduce_ring_group_of_8_on_h100_by_hand():
+    # H100 SXM: NVLink 450 GB/s unidirectional per GPU, comm_fraction 0.8 → 360 GB/s usable;
+    # tier latency 10 µs. Ring all-reduce of S = 1e8 B over n = 8:
+    #   2·(n−1)/n·S / BW = 2 · 7/8 · 1e8 / 3.6e11 = 4.8611e-4 s;  + 10 µs = 4.9611e-4 s
+    t = comm.collective_time(Collective.ALL_REDUCE, 1e8, 8, H100)
+    assert float(t) == pytest.approx(2 * 7 / 8 * 1e8 / 3.6e11 + 10e-6, rel=1e-9)
+    assert float(t) == pytest.approx(4.96111e-4, rel=1e-5)
+
+
+def test_all_gather_and_all_to_all_move_half_an_all_reduce():
+    # (n−1)/n·S / BW + latency = 7/8 · 1e8 / 3.6e11 + 10 µs = 2.5306e-4 s
+    for kind in (Collective.ALL_GATHER, Collective.ALL_TO_ALL):
+        t = comm.collective_time(kind, 1e8, 8, H100)
+        assert float(t) == pytest.approx(7 / 8 * 1e8 / 3.6e11 + 10e-6, rel=1e-9)
+
+
+def test_p2p_sends_the_whole_payload():
+    # S / BW + latency = 1e8 / 3.6e11 + 10 µs
+    t = comm.collective_time(Collective.P2P, 1e8, 2, H100)
+    assert float(t) == pytest.approx(1e8 / 3.6e11 + 10e-6, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", list(Collective))
+def test_group_of_one_costs_nothing(kind):
+    assert float(comm.collective_time(kind, 1e9, 1, H100)) == 0.0
+
+
+def test_group_beyond_the_domain_uses_scale_out():
+    # n = 16 > domain 8 → scale-out NIC: 400 Gbit/s = 5e10 B/s, · 0.8 = 4e10 B/s usable;
+    # latency 10 µs · (1 + log2(16 / 8)) = 20 µs.
+    #   2 · 15/16 · 1e8 / 4e10 + 20e-6 = 4.6875e-3 + 2e-5 = 4.7075e-3 s
+    t16 = comm.collective_time(Collective.ALL_REDUCE, 1e8, 16, H100)
+    assert float(t16) == pytest.approx(4.7075e-3, rel=1e-9)
+    # n = 64: 8 nodes → latency 10 µs · (1 + 3) = 40 µs
+    t64 = comm.collective_time(Collective.ALL_REDUCE, 1e8, 64, H100)
+    assert float(t64) == pytest.approx(2 * 63 / 64 * 1e8 / 4e10 + 40e-6, rel=1e-9)
+    # the scale-out tier is much slower than NVLink for the same payload
+    assert float(t16) > 5 * float(comm.collective_time(Collective.ALL_REDUCE, 1e8, 8, H100))
+
+
+def test_link_bandwidth_mesh_scales_with_links_used():
+    # MI300X xGMI mesh: 448 GB/s over 7 peer links; a group of n uses n−1 of them:
+    # n = 2 → 64 GB/s, n = 4 → 192 GB/s, n = 8 → 448 GB/s
+    bw = comm.link_bandwidth(MI300X, np.array([2, 4, 8]))
+    np.testing.assert_allclose(bw, [64e9, 192e9, 448e9], rtol=1e-12)
+    # switch fabric: full bandwidth to any group inside the domain
+    np.testing.assert_allclose(comm.link_bandwidth(H100, np.array([2, 4, 8])), 450e9, rtol=1e-12)
+
+
+def test_collective_time_broadcasts():
+    payload = np.array([1e6, 1e8])[:, None]  # [2, 1]
+    group = np.array([1, 2, 8, 16])[None, :]  # [1, 4]
+    t = comm.collective_time(Collective.ALL_REDUCE, payload, group, H100)
+    assert t.shape == (2, 4)
+    for i in range(2):
+        for j in range(4):
+            one = comm.collective_time(Collective.ALL_REDUCE, float(payload[i, 0]), int(group[0, j]), H100)
+            np.testing.assert_allclose(t[i, j], one, rtol=1e-12)
+
+
+@given(hw_id=S.hardware_ids, kind=st.sampled_from(list(Collective)), s1=st.floats(0, 1e10), s2=st.floats(0, 1e10),
+       group=st.sampled_from([1, 2, 4, 8, 16, 32, 64, 72, 128]))
+@S.examples(50)
+def test_collective_time_is_nonnegative_and_monotone_in_payload(hw_id, kind, s1, s2, group):
+    hw = S.hardware(hw_id)
+    lo, hi = sorted((s1, s2))
+    t_lo = float(comm.collective_time(kind, lo, group, hw))
+    t_hi = float(comm.collective_time(kind, hi, group, hw))
+    assert 0.0 <= t_lo <= t_hi * (1 + 1e-12)
