@@ -220,6 +220,8 @@ def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0
     ends = tr.seg_t0 + tr.seg_n * tr.seg_dur
     j0 = int(np.searchsorted(tr.seg_t0, w0, side="left"))
     j1 = int(np.searchsorted(ends, w1, side="right")) - 1
+    if j1 < j0 or not sel.any():
+        raise ValueError("no engine cycle or arrival in the measurement window: raise n_requests")
     k_lo, k_hi = int(tr.seg_k0[j0]), int(tr.seg_k0[j1] + tr.seg_n[j1] - 1)
     t_lo, t_hi = float(tr.seg_t0[j0]), float(ends[j1])
     span = t_hi - t_lo

@@ -21,10 +21,6 @@ from .graph import Layout, Shape
 from .plan import Plan
 
 
-SERVER_FIXED_POINT_ITERATIONS = 3
-"""Substitutions of the prefills-per-cycle fixed point (converges in 2-3 at realistic loads)."""
-
-
 @dataclass(frozen=True)
 class WorkloadStats:
     """Moments of the request mix, tokens (already net of prefix-cache hits where noted)."""
@@ -165,6 +161,33 @@ def mixture_z(weights, probs, q: float, iters: int = 60) -> float:
     return 0.5 * (lo + hi)
 
 
+def _norm_cdf(z):
+    """Φ(z) (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), vectorized."""
+    x = np.abs(z) / np.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * x)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    half_erfc = 0.5 * poly * np.exp(-x * x)
+    return np.where(z >= 0, 1.0 - half_erfc, half_erfc)
+
+
+def gamma_cdf(x, mean, var):
+    """P(X ≤ x) of a gamma with the given mean and variance (Wilson-Hilferty, broadcasts)."""
+    mean = np.maximum(mean, 1e-30)
+    c = np.maximum(var, 1e-30 * mean * mean) / (9.0 * mean * mean)
+    return _norm_cdf((np.cbrt(np.maximum(x, 0.0) / mean) - (1.0 - c)) / np.sqrt(c))
+
+
+def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 50):
+    """q-quantile of w1·Gamma(m1, v1) + w2·Gamma(m2, v2) (means, variances; broadcasts) by bisection."""
+    lo = np.zeros(np.broadcast(w1, m1, v1, w2, m2, v2).shape)
+    hi = lo + np.maximum(m1 + 12.0 * np.sqrt(v1), m2 + 12.0 * np.sqrt(v2))
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        below = w1 * gamma_cdf(mid, m1, v1) + w2 * gamma_cdf(mid, m2, v2) < q
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return 0.5 * (lo + hi)
+
+
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> ServingResult:
     """Poisson arrivals into an aggregated continuous-batching instance at mean occupancy B.
@@ -190,16 +213,13 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     cost = step_cost(plan, layout, decode)
     t_d = cost.total
     # Prefills admitted together share the slack of a memory-bound decode step, so the cost per
-    # prefill is the average increment at the number admitted per cycle, n = λ·E[C] (≥ 1): a
-    # fixed point solved by a few substitutions.
-    n = np.ones_like(t_d)
-    for _ in range(SERVER_FIXED_POINT_ITERATIONS):
-        mixed = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
-                      prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
-                      prefill_rank_imbalance=rank_imbalance(n, layout.dp))
-        s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
-        rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
-        n = np.maximum(rate * t_d / np.maximum(1.0 - rate * s_mean, 1e-6), 1.0)
+    # prefill is the average increment at the number admitted per cycle, n = λ·E[C], which equals
+    # B·L/OSL exactly under λ(B) below (Little's law on the decode side); at least one.
+    n = np.maximum(batch * L / stats.osl_mean, 1.0)
+    mixed = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
+                  prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
+                  prefill_rank_imbalance=rank_imbalance(n, layout.dp))
+    s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
     return queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
 
@@ -215,20 +235,27 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
     theta = c_mean / k
     c_cube = theta**3 * k * (k + 1) * (k + 2)
-    busy = 1.0 - np.exp(-np.asarray(batch, dtype=float))
-    r_mean = busy * c_sq / (2 * c_mean)
-    r_sq = busy * c_cube / (3 * c_mean)
-    r_var = np.maximum(r_sq - r_mean**2, 0.0)
+    # TTFT. Busy engine (probability 1 − e^(−B)): the request lands in a length-biased cycle C* at
+    # a uniform point U, so TTFT = (1 − U)·C* + t_d + S_0 + Σ S_j over the Poisson(λ·C*) others
+    # that arrived in the same cycle; given C* the parts are independent, and the variance keeps
+    # the shared-C* terms (residual × next cycle covariance and Var C*). Idle engine: t_d + S_0.
     c_star = c_sq / c_mean
-    nxt_mean = t_d + s_mean + rate * c_star * s_mean
-    nxt_var = rate * c_star * s_sq + np.maximum(s_sq - s_mean**2, 0.0)
-    ttft_mean = r_mean + nxt_mean
-    ttft_p99 = gamma_quantile(ttft_mean, r_var + nxt_var, q)
+    c_star_var = np.maximum(c_cube / c_mean - c_star**2, 0.0)
+    s_var = np.maximum(s_sq - s_mean**2, 0.0)
+    idle = np.exp(-np.asarray(batch, dtype=float))
+    busy = 1.0 - idle
+    b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
+    b_var = c_cube / c_mean / 12.0 + s_var + rate * s_sq * c_star + (0.5 + rho) ** 2 * c_star_var
+    i_mean = t_d + s_mean
+    ttft_mean = busy * b_mean + idle * i_mean
+    ttft_p99 = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, q)
     tpot_mean = c_mean / L
     n = np.maximum(stats.osl_points / L - 1.0, 1.0)  # cycles after the first token
     # σ_j = A/√n_j with A common to the grid point, so the mixture quantile is μ + A·z*
     amplitude = np.sqrt(np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho)) / L
     tpot_p99 = tpot_mean + amplitude * mixture_z(np.sqrt(n), stats.osl_probs, q)
-    e2e = ttft_p99 + stats.osl_p99 * tpot_mean
+    # e2e: the TTFT tail plus the longest requests' cycles with their own fluctuation
+    n99 = stats.osl_p99 / L
+    e2e = ttft_p99 + n99 * c_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho))
     return ServingResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
                          tpot_mean=tpot_mean, tpot_p99=tpot_p99, e2e_p99=e2e, step=cost, prefill_share=rho)
