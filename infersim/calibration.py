@@ -165,13 +165,11 @@ class _Evaluator:
 
     def start_pool(self, workers: int) -> None:
         """Predict uncached keys in ``workers`` forked processes (no-op for 1 or without fork)."""
-        global _POOL_EVALUATOR
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         if workers <= 1 or self.pool is not None or "fork" not in multiprocessing.get_all_start_methods():
             return
-        _POOL_EVALUATOR = self
         try:
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
             self.workers = workers
@@ -185,11 +183,13 @@ class _Evaluator:
 
     def prefetch(self, tasks) -> None:
         """Fill the cache for ``tasks`` (tuples of ``predict`` arguments) using the pool."""
+        global _POOL_EVALUATOR
         if self.pool is None:
             return
         todo = list(dict.fromkeys(t for t in tasks if t not in self.cache))
         if len(todo) < 2 * self.workers:
             return
+        _POOL_EVALUATOR = self  # workers fork at the pool's first use and inherit this
         try:
             results = list(self.pool.map(_pool_predict, todo, chunksize=max(1, len(todo) // (4 * self.workers))))
         except (OSError, RuntimeError):  # a broken pool: carry on in this process
@@ -253,7 +253,7 @@ class CalibrationResult:
     row_errors: list[dict[str, Any]]
     """Per fit row: published, predicted before and after, signed error % after."""
     data: str
-    """Data file (or label) the fit used."""
+    """Data file the fit used: its name and SHA-256 prefix (or a label for rows built in code)."""
     date: str
     """ISO date of the fit."""
     seconds: float
@@ -332,6 +332,16 @@ def _fit_rows(rows: Sequence[Row], hardware_ids: Iterable[str] | None, presets_d
             continue
         out.append(_FitRow(r, PredictionKey(preset, r.hardware, r.model, r.scenario_id, r.accelerators)))
     return out, bad
+
+
+def data_label(file: str) -> str:
+    """Provenance label of a data file: its name and the first 12 hex digits of its SHA-256."""
+    import hashlib
+
+    path = Path(file)
+    if not path.is_file():
+        return file
+    return f"{path.name} (sha256 {hashlib.sha256(path.read_bytes()).hexdigest()[:12]})"
 
 
 def _check_names(parameters: Sequence[str], round_parameters: Sequence[str]) -> None:
@@ -459,7 +469,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     if isinstance(rows, (str, os.PathLike)):
         rows = load_rows(rows)
     rows = list(rows)
-    data = rows[0].file if rows else "<memory>"
+    data = data_label(rows[0].file) if rows else "<memory>"
     _check_names(parameters, round_parameters if fit_rounds else ())
     if hardware_ids is not None:
         from .specs import catalog

@@ -208,9 +208,6 @@ def resolve_preset(version: str, presets_dir: str | os.PathLike | None = None) -
     return earlier[-1] if earlier else rounds[0]
 
 
-InputsOverride = "Callable[[Inputs], Inputs] | Mapping[str, HardwareSpec]"
-
-
 def _apply_override(inputs, inputs_override):
     if inputs_override is None:
         return inputs
