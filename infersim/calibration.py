@@ -2,7 +2,7 @@
 
 The free parameters live only in data: per hardware profile a subset of
 ``CALIBRATABLE_EFFICIENCY`` (``efficiency.compute_fraction`` …) and per round preset the two
-maturity parameters ``kernel_efficiency`` and ``host_overhead_scale``. ``calibrate`` fits them
+maturity parameters ``kernel_efficiency``, ``moe_kernel_efficiency`` and ``host_overhead_scale``. ``calibrate`` fits them
 with ``scipy.optimize.least_squares`` (robust ``soft_l1`` loss) on log(predicted / published)
 over frontier rows, ``cross_validate`` reports held-out error (leave one round out, leave one
 hardware out), and ``write`` puts fitted values into YAML copies (or, when asked, in place) with a
@@ -31,18 +31,25 @@ from .specs.hardware import CALIBRATABLE_EFFICIENCY, HardwareSpec
 from .validation import (PredictionKey, Row, _atomic_write, _stats, frontier_mask, load_rows, predict_key,
                          resolve_preset)
 
-DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "memory_fraction", "attention_fraction", "step_overhead_ms")
-"""Hardware efficiency parameters fitted by default (all in ``CALIBRATABLE_EFFICIENCY``)."""
+DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
+                                       "step_overhead_ms")
+"""Hardware efficiency parameters fitted by default (all in ``CALIBRATABLE_EFFICIENCY``).
+``memory_fraction`` (weight streaming) is left at its measured default: fitting it lets it absorb
+errors from elsewhere."""
 
-ROUND_PARAMETERS: tuple[str, ...] = ("kernel_efficiency", "host_overhead_scale")
+ROUND_PARAMETERS: tuple[str, ...] = ("kernel_efficiency", "moe_kernel_efficiency", "host_overhead_scale")
 """Per-round preset parameters (software maturity)."""
 
 BOUNDS: dict[str, tuple[float, float]] = {
-    "compute_fraction": (0.2, 1.0),
-    "memory_fraction": (0.2, 1.0),
-    "attention_fraction": (0.2, 1.0),
-    "step_overhead_ms": (0.0, 20.0),
-    "kernel_efficiency": (0.3, 1.5),
+    # physically plausible ranges, so that a fit cannot hide model error behind absurd values
+    "compute_fraction": (0.3, 0.95),
+    "memory_fraction": (0.5, 0.95),
+    "kv_memory_fraction": (0.25, 0.9),
+    "attention_fraction": (0.15, 0.9),
+    "gemm_m_half": (0.0, 1024.0),
+    "step_overhead_ms": (0.0, 5.0),
+    "kernel_efficiency": (0.5, 1.5),
+    "moe_kernel_efficiency": (0.3, 1.5),
     "host_overhead_scale": (0.0, 5.0),
 }
 """Search bounds per parameter: fractions of peak, milliseconds, or multipliers."""

@@ -467,6 +467,54 @@ def ablate_cmd(
         ablation.plot(rows, plot, f"{model or scenario} · {hardware} — waterfall")
 
 
+@app.command("validate")
+@handle_errors
+def validate_cmd(
+    data: Optional[Path] = typer.Option(None, "--data", help="CSV of published results (default: the bundled MLPerf rows)."),
+    fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of stdout."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this PNG."),
+) -> None:
+    """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
+    from . import validation
+
+    rows = validation.load_rows(data or validation.bundled_data())
+    report = validation.validate(rows)
+    text = report.render(fmt.value)
+    if out is not None:
+        validation.write_text(out, text)
+    else:
+        typer.echo(text.rstrip("\n"))
+    if plot is not None:
+        validation.plot(report, plot)
+
+
+@app.command("calibrate")
+@handle_errors
+def calibrate_cmd(
+    data: Optional[Path] = typer.Option(None, "--data", help="CSV of published results (default: the bundled MLPerf rows)."),
+    hardware: Optional[list[str]] = typer.Option(None, "--hardware", help="Fit only these hardware IDs (repeatable)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write calibrated copies of the profiles and presets here."),
+    in_place: bool = typer.Option(False, "--in-place", help="Overwrite the profiles and presets themselves."),
+    cv: bool = typer.Option(False, "--cv", help="Also report leave-one-round-out and leave-one-hardware-out error."),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
+
+    Nothing is written unless --out or --in-place is given.
+    """
+    from . import calibration, validation
+
+    if out is not None and in_place:
+        raise SpecError("give either --out DIR or --in-place, not both")
+    rows = validation.load_rows(data or validation.bundled_data())
+    res = calibration.calibrate(rows, hardware or None, cv=cv, log=lambda m: typer.echo(m, err=True))
+    typer.echo(json.dumps(res.to_dict(), indent=2) if fmt == OutputFormat.json else res.to_table())
+    if out is not None or in_place:
+        for path in calibration.write(res, None if in_place else out, in_place=in_place):
+            typer.echo(f"wrote {path}", err=True)
+
+
 def main() -> None:
     """Console-script entry point (``infersim``)."""
     app(prog_name="infersim")

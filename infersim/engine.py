@@ -127,7 +127,7 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
                 ce = a_eff
             else:
                 ce = c_eff
-            t1, tc, tm = roofline.op_time(op.flops, op.bytes, flop_rate, bandwidth, ce, eff.memory_fraction)
+            t1, tc, tm = roofline.op_time(op.flops, op.bytes, flop_rate, bandwidth, ce, getattr(eff, op.memory_efficiency))
             t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
             tc_sum = tc_sum + op.count * np.where(tc >= tm, t1, 0.0)

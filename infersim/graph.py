@@ -57,6 +57,8 @@ class Op:
     """Elementwise op that a fusion pass may fold into its producer."""
     block: str = ""
     """Which block the op belongs to (attention, mlp, moe, head), for breakdowns."""
+    memory_efficiency: str = "memory_fraction"
+    """Name of the hardware efficiency field that scales this op's bandwidth (data, not a branch)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,14 @@ class Formats:
 
     @property
     def attention(self) -> str:
-        """Attention runs in fp8 when the KV cache is fp8 (FP8 FMHA), else in 16 bit."""
+        """Prefill attention runs in fp8 when the KV cache is fp8 (FP8 context FMHA), else 16 bit."""
         return "fp8" if BYTES_PER_ELEMENT[self.kv_cache] <= 1 else "bf16"
+
+    @property
+    def decode_attention(self) -> str:
+        """Decode attention computes in 16 bit: generation kernels dequantize an fp8 KV cache
+        (TensorRT-LLM XQA / MLA generation kernels in the MLPerf v5.1-v6.0 submissions)."""
+        return "bf16"
 
     @property
     def wb(self) -> float:
@@ -255,13 +263,17 @@ def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout:
     for n_layers, window in groups:
         frac = layers * (n_layers / model.n_layers)
         dec, pre, ctx = _window_pairs(shape, window)
-        pairs = (dec + pre * _rank_imbalance(shape, layout)) / layout.dp
+        td = shape.decode_tokens / layout.dp
         kv_read = shape.decode_seqs * ctx / layout.dp * 2 * kv_heads * d * fmt.kvb
-        kv_write = t * 2 * kv_heads * d * fmt.kvb
-        q_io = 2 * t * heads * d * HIDDEN_BYTES
-        name = "attention" if window is None else "attention_sliding"
-        ops.append(Op(name, OpKind.ATTENTION, frac, flops=4.0 * pairs * heads * d,
-                      bytes=kv_read + kv_write + q_io, precision=fmt.attention, block="attention"))
+        kv_write = (t - td) * 2 * kv_heads * d * fmt.kvb
+        suffix = "" if window is None else "_sliding"
+        ops.append(Op("attention_decode" + suffix, OpKind.ATTENTION, frac, flops=4.0 * dec / layout.dp * heads * d,
+                      bytes=kv_read + 2 * td * heads * d * HIDDEN_BYTES, precision=fmt.decode_attention,
+                      block="attention", memory_efficiency="kv_memory_fraction"))
+        ops.append(Op("attention_prefill" + suffix, OpKind.ATTENTION, frac,
+                      flops=4.0 * pre * _rank_imbalance(shape, layout) / layout.dp * heads * d,
+                      bytes=kv_write + 2 * (t - td) * heads * d * HIDDEN_BYTES, precision=fmt.attention,
+                      block="attention"))
     ops.append(elementwise("rope", t * (heads + kv_heads) * d, layers, "attention"))
     if att.qk_norm:
         ops.append(elementwise("qk_norm", t * (heads + kv_heads) * d, layers, "attention"))
@@ -302,11 +314,12 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     dec, pre, ctx = _window_pairs(shape, None)
     latent = (r + rope) * fmt.kvb
     kv_read = shape.decode_seqs * ctx / layout.dp * latent
-    kv_write = t * latent
-    ops.append(Op("attention", OpKind.ATTENTION, layers,
-                  flops=2.0 * heads * ((dec / layout.dp) * (2 * r + rope)
-                                       + (pre * _rank_imbalance(shape, layout) / layout.dp) * (nope + rope + vd)),
-                  bytes=kv_read + kv_write + 2 * t * heads * (r + rope) * HIDDEN_BYTES,
+    ops.append(Op("attention_decode", OpKind.ATTENTION, layers, flops=2.0 * heads * (dec / layout.dp) * (2 * r + rope),
+                  bytes=kv_read + 2 * td * heads * (r + rope) * HIDDEN_BYTES, precision=fmt.decode_attention,
+                  block="attention", memory_efficiency="kv_memory_fraction"))
+    ops.append(Op("attention_prefill", OpKind.ATTENTION, layers,
+                  flops=2.0 * heads * (pre * _rank_imbalance(shape, layout) / layout.dp) * (nope + rope + vd),
+                  bytes=tp_ * latent + 2 * tp_ * heads * (nope + rope + vd) * HIDDEN_BYTES,
                   precision=fmt.attention, block="attention"))
     ops.append(gemm("o_proj", t, h, heads * vd, layers, fmt, "attention"))
     ops.append(elementwise("rope_latent_norm", t * (heads * rope + r + rope), layers, "attention"))

@@ -166,6 +166,9 @@ class EfficiencySpec(Spec):
     """Achievable fraction of dense peak for large GEMMs (max achievable matmul FLOPS / peak)."""
     memory_fraction: float = Field(default=0.8, gt=0, le=1)
     """Achievable fraction of peak HBM bandwidth for streaming reads."""
+    kv_memory_fraction: float = Field(default=0.5, gt=0, le=1)
+    """Achievable fraction of peak HBM bandwidth when decode attention reads a paged KV cache
+    (scattered blocks; measured 42 % paged / 57 % contiguous K/V on H100, mikamirai.com 2026-03)."""
     attention_fraction: float = Field(default=0.5, gt=0, le=1)
     """Achievable fraction of dense peak in attention kernels (FlashAttention-class prefill)."""
     gemm_m_half: NonNegativeFloat = Field(default=32.0, le=1e6)
@@ -187,7 +190,9 @@ class EfficiencySpec(Spec):
 CALIBRATABLE_EFFICIENCY: tuple[str, ...] = (
     "compute_fraction",
     "memory_fraction",
+    "kv_memory_fraction",
     "attention_fraction",
+    "gemm_m_half",
     "step_overhead_ms",
 )
 
