@@ -780,6 +780,15 @@ def _split_comment(rest: str) -> tuple[str, str]:
     return rest.rstrip(), ""
 
 
+def _calibrated_comment(old_value: str, comment: str) -> str:
+    """Comment for a fitted value: it is calibrated, and what the documented default was."""
+    text = comment.strip().lstrip("#").strip()
+    text = re.sub(r"^calibrated; default [^,]*(, )?", "", text)  # recalibration keeps the original default
+    prior = re.match(r"^calibrated; default ([^,]*)", comment.strip().lstrip("#").strip())
+    default = prior.group(1) if prior else old_value.strip()
+    return f"  # calibrated; default {default}" + (f", {text}" if text else "")
+
+
 def _edit_mapping(lines: list[str], start: int, end: int, indent: str, updates: dict[str, float],
                   record: dict[str, Any]) -> list[str]:
     """Set ``updates`` and replace the ``calibration`` record inside lines[start:end] (one mapping at ``indent``)."""
@@ -801,7 +810,7 @@ def _edit_mapping(lines: list[str], start: int, end: int, indent: str, updates: 
         m = _LINE.match(line)
         if m and m["indent"] == indent and m["key"] in pending:
             value, comment = _split_comment(m["rest"])
-            body[k] = f"{indent}{m['key']}: {_fmt_value(pending.pop(m['key']))}{comment}"
+            body[k] = f"{indent}{m['key']}: {_fmt_value(pending.pop(m['key']))}{_calibrated_comment(value, comment)}"
     # new keys and the record go after the mapping's last non-blank line
     last = len(body)
     while last > 0 and not body[last - 1].strip():

@@ -132,7 +132,8 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
             tc_sum = tc_sum + op.count * np.where(tc >= tm, t1, 0.0)
             tm_sum = tm_sum + op.count * np.where(tc >= tm, 0.0, t1)
-            n_kernels = n_kernels + op.count
+            # an op with no work (e.g. prefill attention in a decode-only step) is not launched
+            n_kernels = n_kernels + op.count * ((np.asarray(op.flops) > 0) | (np.asarray(op.bytes) > 0))
         if detail:
             by_op[op.name] = by_op.get(op.name, 0.0) + t
             if op.kind == OpKind.COMM:

@@ -268,7 +268,8 @@ def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout:
         kv_write = (t - td) * 2 * kv_heads * d * fmt.kvb
         suffix = "" if window is None else "_sliding"
         ops.append(Op("attention_decode" + suffix, OpKind.ATTENTION, frac, flops=4.0 * dec / layout.dp * heads * d,
-                      bytes=kv_read + 2 * td * heads * d * HIDDEN_BYTES, precision=fmt.decode_attention,
+                      bytes=kv_read + td * 2 * kv_heads * d * fmt.kvb + 2 * td * heads * d * HIDDEN_BYTES,
+                      precision=fmt.decode_attention,
                       block="attention", memory_efficiency="kv_memory_fraction"))
         ops.append(Op("attention_prefill" + suffix, OpKind.ATTENTION, frac,
                       flops=4.0 * pre * _rank_imbalance(shape, layout) / layout.dp * heads * d,
@@ -315,7 +316,7 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     latent = (r + rope) * fmt.kvb
     kv_read = shape.decode_seqs * ctx / layout.dp * latent
     ops.append(Op("attention_decode", OpKind.ATTENTION, layers, flops=2.0 * heads * (dec / layout.dp) * (2 * r + rope),
-                  bytes=kv_read + 2 * td * heads * (r + rope) * HIDDEN_BYTES, precision=fmt.decode_attention,
+                  bytes=kv_read + td * latent + 2 * td * heads * (r + rope) * HIDDEN_BYTES, precision=fmt.decode_attention,
                   block="attention", memory_efficiency="kv_memory_fraction"))
     ops.append(Op("attention_prefill", OpKind.ATTENTION, layers,
                   flops=2.0 * heads * (pre * _rank_imbalance(shape, layout) / layout.dp) * (nope + rope + vd),

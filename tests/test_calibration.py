@@ -128,7 +128,8 @@ def test_calibrate_and_writing_copies_never_touch_bundled_files(small_fit, tmp_p
     assert rec is not None and rec.parameters == ["compute_fraction", "memory_fraction"] and rec.rows == 8
     assert rec.date == result.date and rec.data == "<memory>"
     text = (tmp_path / "out" / "hardware_profiles" / "h100-sxm.yaml").read_text()
-    assert "# BF16 MAMF 794.5 / 989.4" in text  # comments survive the edit
+    # comments survive the edit, marked as calibrated with the documented default kept
+    assert "# calibrated; default 0.803, BF16 MAMF 794.5 / 989.4" in text
     (fitted_round,) = result.presets
     preset = load_spec(PresetSpec, tmp_path / "out" / "presets" / f"{fitted_round}.yaml")
     assert preset.kernel_efficiency == pytest.approx(result.presets[fitted_round]["kernel_efficiency"])
@@ -154,7 +155,7 @@ def test_in_place_writes_only_the_files_the_fit_read(tmp_path, monkeypatch):
     assert written == [profiles / "h100-sxm.yaml"]
     assert snapshot(*BUNDLED) == before
     after = (profiles / "h100-sxm.yaml").read_text()
-    assert after != copy_before and "calibration:" in after and "# BF16 MAMF" in after
+    assert after != copy_before and "calibration:" in after and "# calibrated; default 0.803, BF16 MAMF" in after
     hw = load_spec(HardwareSpec, profiles / "h100-sxm.yaml")
     assert hw.efficiency.compute_fraction == pytest.approx(result.hardware["h100-sxm"]["compute_fraction"])
     # writing again replaces the record instead of adding a second one
@@ -180,7 +181,7 @@ def test_line_edit_keeps_comments_and_replaces_the_record():
     record = {"data": "a: b.csv", "date": "2026-01-02", "rows": 3, "residual_median_ape": 4.5,
               "parameters": ["kernel_efficiency"]}
     new = calibration._edit_text(SAMPLE, None, {"kernel_efficiency": 0.875, "host_overhead_scale": 2.0}, record)
-    assert "# a comment at the top" in new and "kernel_efficiency: 0.875   # keep me" in new
+    assert "# a comment at the top" in new and "kernel_efficiency: 0.875  # calibrated; default 1.0, keep me" in new
     data = yaml.safe_load(new)
     assert data["calibration"]["data"] == "a: b.csv" and data["calibration"]["rows"] == 3
     assert data["host_overhead_scale"] == 2.0 and data["choices"] == [] and new.count("calibration:") == 1

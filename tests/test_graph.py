@@ -170,7 +170,7 @@ def test_mla_decode_reads_the_latent_per_context_token():
     # one sequence at context 1000, bf16 KV: every layer reads 1000 · 576 · 2 = 1,152,000 B of latent
     # (+ writes 1 token: 1152 B; + query/output I/O 2 · 1 · 128 heads · 576 · 2 B = 294,912 B)
     graph = build_graph(R1, Shape(decode_seqs=1, decode_ctx=1000), Layout(), BF16)
-    (att,) = ops_named(graph, "attention")
+    (att,) = ops_named(graph, "attention_decode")
     assert float(att.bytes) == pytest.approx(1_152_000 + 1_152 + 294_912, rel=1e-12)
     assert att.count == 61
     # absorbed decode core: 2 · 128 heads · 1000 pairs · (2·512 + 64) = 278,528,000 FLOPs per layer
@@ -181,8 +181,8 @@ def test_sliding_layers_cap_attention_pairs_gpt_oss():
     # decode at context 4096: full layers see 4096 keys, sliding layers 128.
     # core FLOPs per layer = 4 · pairs · 64 heads · 64 = 16,384 · pairs
     graph = build_graph(GPT_OSS, Shape(decode_seqs=1, decode_ctx=4096), Layout(), BF16)
-    (full,) = ops_named(graph, "attention")
-    (slide,) = ops_named(graph, "attention_sliding")
+    (full,) = ops_named(graph, "attention_decode")
+    (slide,) = ops_named(graph, "attention_decode_sliding")
     assert float(full.flops) == pytest.approx(16_384 * 4096)
     assert float(slide.flops) == pytest.approx(16_384 * 128)
     assert full.count == slide.count == 18

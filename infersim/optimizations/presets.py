@@ -16,6 +16,7 @@ from pydantic import Field
 
 from ..errors import SpecError
 from ..specs._base import Spec, load_spec
+from ..specs import catalog
 from ..specs.catalog import bundled_root
 from ..specs.hardware import CalibrationRecord
 
@@ -40,7 +41,19 @@ class PresetSpec(Spec):
 
 
 def presets_dir() -> Path:
+    """The bundled presets folder."""
     return bundled_root() / "presets"
+
+
+def _preset_files() -> dict[str, Path]:
+    """Round name → preset file; user profile folders (``--profiles-dir``, INFERSIM_PROFILES,
+    with a ``presets/`` subfolder) override the bundled presets."""
+    found: dict[str, Path] = {}
+    for d in reversed(catalog.search_dirs("preset")):
+        if d.is_dir() and (d.name == "presets" or d == presets_dir()):
+            for f in d.glob("v*.yaml"):
+                found[f.stem] = f
+    return found
 
 
 def _version_key(name: str) -> tuple[int, ...]:
@@ -52,7 +65,7 @@ def _version_key(name: str) -> tuple[int, ...]:
 
 def list_rounds() -> list[str]:
     """Rounds with a bundled preset, oldest first."""
-    return sorted((p.stem for p in presets_dir().glob("v*.yaml")), key=_version_key)
+    return sorted(_preset_files(), key=_version_key)
 
 
 def resolve_round(round_name: str) -> str:
@@ -70,9 +83,11 @@ def _load(path: str, mtime: float) -> PresetSpec:
 
 def load_preset(round_name: str, directory: Path | None = None) -> PresetSpec:
     """Load the preset for ``round_name`` (with the nearest-earlier fallback)."""
-    d = directory or presets_dir()
-    name = resolve_round(round_name) if directory is None else round_name
-    path = d / f"{name}.yaml"
+    if directory is None:
+        name = resolve_round(round_name)
+        path = _preset_files().get(name, presets_dir() / f"{name}.yaml")
+    else:
+        path = Path(directory) / f"{round_name}.yaml"
     if not path.is_file():
         raise SpecError(f"no preset for round '{round_name}'", file=str(path))
     return _load(str(path), path.stat().st_mtime)

@@ -25,7 +25,7 @@ from .scenario import ScenarioSpec, with_trace
 
 Kind = Literal["hardware", "model", "scenario"]
 KINDS: tuple[str, ...] = ("hardware", "model", "scenario")
-FOLDERS = {"hardware": "hardware_profiles", "model": "model_profiles", "scenario": "scenarios"}
+FOLDERS = {"hardware": "hardware_profiles", "model": "model_profiles", "scenario": "scenarios", "preset": "presets"}
 ENV_VAR = "INFERSIM_PROFILES"
 
 _extra_dirs: list[Path] = []
@@ -47,6 +47,11 @@ def bundled_root() -> Path:
     if (installed / "hardware_profiles").is_dir():
         return installed
     return here.parent
+
+
+def search_dirs(kind: str) -> list[Path]:
+    """Folders searched for ``kind`` (user folders first, bundled last)."""
+    return _search_dirs(kind)
 
 
 def _search_dirs(kind: str) -> list[Path]:
