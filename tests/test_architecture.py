@@ -1,0 +1,49 @@
+"""The data flow is one-way: a module imports only from modules to its left (DESIGN.md)."""
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / "infersim"
+
+ORDER = ["units", "errors", "specs", "graph", "roofline", "comm", "plan", "parallel", "engine", "optimizations",
+         "serving", "disagg_eval", "search", "tco", "report", "api", "pareto", "ablation", "des", "validation",
+         "calibration", "cli", "__main__", "__init__"]
+RANK = {name: i for i, name in enumerate(ORDER)}
+
+
+def _top(path: Path) -> str:
+    rel = path.relative_to(PKG).with_suffix("")
+    return rel.parts[0]
+
+
+def _imports(path: Path):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    depth = len(path.relative_to(PKG).parts) - 1  # 1 inside a subpackage
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            if node.level > depth:  # reaches the package root: first name is the module
+                target = (node.module or "").split(".")[0] or (node.names[0].name if node.names else "")
+                if not node.module:
+                    for alias in node.names:
+                        yield alias.name, node.lineno
+                    continue
+                yield target, node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("infersim."):
+                    yield alias.name.split(".")[1], node.lineno
+
+
+def test_every_module_is_ranked():
+    tops = {_top(p) for p in PKG.rglob("*.py")}
+    assert tops <= set(RANK), f"add to ORDER: {sorted(tops - set(RANK))}"
+
+
+def test_imports_flow_left_to_right():
+    bad = []
+    for path in PKG.rglob("*.py"):
+        me = _top(path)
+        for target, line in _imports(path):
+            if target in RANK and RANK[target] > RANK[me]:
+                bad.append(f"{path.relative_to(PKG)}:{line} imports {target}")
+    assert not bad, "imports against the data flow:\n" + "\n".join(bad)
