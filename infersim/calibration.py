@@ -277,6 +277,8 @@ class CalibrationResult:
     """Presets folder used (None: the bundled presets)."""
     cv: dict[str, Any] | None = None
     """Cross-validation results (see ``cross_validate``)."""
+    transferred: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Hardware without rows: values from the fleet prior (see ``transfer_prior``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -430,7 +432,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
               prior_weight: float = 0.05, f_scale: float = 0.25, diff_step: float = 0.05,
               pin_choices: bool = True, cv: bool = False, cv_max_nfev: int | None = 8,
               presets_dir: str | os.PathLike | None = None, log: Callable[[str], None] | None = None,
-              workers: int | None = None, _evaluator: _Evaluator | None = None) -> CalibrationResult:
+              workers: int | None = None, transfer: bool = True,
+              _evaluator: _Evaluator | None = None) -> CalibrationResult:
     """Fit hardware efficiencies (and round maturities) to the frontier rows of ``rows``.
 
     Parameters
@@ -455,6 +458,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     presets_dir : presets folder (default: the bundled presets).
     log : called with progress messages.
     workers : processes for predictions (default: one per CPU, at most 4, for large fits).
+    transfer : give every bundled hardware without rows the fleet prior (``transfer_prior``).
 
     Returns
     -------
@@ -623,6 +627,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             predictions=ev.calls, message=message,
             hardware_files={h: str(catalog.resolve("hardware", h)) for h in hardware_out},
             presets_dir=str(presets_dir) if presets_dir is not None else None)
+        if transfer:
+            from .specs import catalog as _catalog
+
+            for hw_id in _catalog.list_ids("hardware"):
+                if hw_id not in hardware_out and hardware_out:
+                    result.transferred[hw_id] = transfer_prior(result, hw_id)
         say(f"fit done in {result.seconds:.1f} s ({n_eval} evaluations): frontier median APE "
             f"{before_med or 0:.1f} % -> {after_med or 0:.1f} %")
         if cv:
@@ -648,8 +658,47 @@ def _default_workers(n_rows: int) -> int:
 # Cross-validation
 
 
+SCALE_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction")
+"""Fractions transferred as ratios to each hardware's own spec-sheet default; the others as values."""
+
+
+def transfer_prior(result: CalibrationResult, hw_id: str) -> dict[str, float]:
+    """Efficiencies for hardware the data does not cover: the fleet's calibrated-to-default ratio.
+
+    Notes
+    -----
+    For a fraction p (compute, memory, attention): p_new = p_default(hw) · median_h(p_fit(h) / p_default(h))
+    over the fitted hardware h, clipped to the parameter's bounds — the spec-sheet number stays the
+    hardware's own, the end-to-end derating is the fleet's. Other parameters (small-GEMM knee,
+    step overhead) take the fleet median. This is also how leave-one-hardware-out CV predicts the
+    held-out hardware, so the CV figure measures exactly this rule.
+    """
+    from .specs import catalog
+
+    default = catalog.load("hardware", hw_id).efficiency
+    names = sorted({n for v in result.hardware.values() for n in v})
+    out = {}
+    for name in names:
+        fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
+        if not fitted:
+            continue
+        if name in SCALE_PARAMETERS:
+            ratios = [val / result.initial[f"{h}.{name}"] for h, val in fitted if result.initial.get(f"{h}.{name}")]
+            value = getattr(default, name) * float(np.median(ratios))
+        else:
+            value = float(np.median([val for _, val in fitted]))
+        lo, hi = BOUNDS.get(name, (-np.inf, np.inf))
+        out[name] = _round_sig(float(np.clip(value, lo, hi)))
+    return out
+
+
 def _held_out(ev: _Evaluator, result: CalibrationResult, test: Sequence[_FitRow]) -> list[dict[str, Any]]:
     hw_vals = {h: tuple(sorted(v.items())) for h, v in result.hardware.items()}
+    for h in {fr.row.hardware for fr in test} - set(hw_vals):  # held-out hardware: the fleet prior
+        try:
+            hw_vals[h] = tuple(sorted(transfer_prior(result, h).items()))
+        except SpecError:
+            pass
     rnd_vals = {r: tuple(sorted(v.items())) for r, v in result.presets.items()}
     after = _evaluate(ev, test, hw_vals, rnd_vals)
     before = _evaluate(ev, test, {}, {})
@@ -677,7 +726,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
 
     For each fold, parameters are fitted (``calibrate``) on the other rows and the held-out
     frontier rows are predicted: a held-out round keeps its preset's maturity values, a held-out
-    hardware keeps its profile's (spec-sheet) efficiencies, as new hardware would.
+    hardware gets the fleet prior of ``transfer_prior`` from the other hardware's fit (its own
+    spec-sheet defaults scaled by the fleet's calibrated/default ratios), as new hardware would.
 
     Returns
     -------
@@ -713,7 +763,7 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                     continue
                 train = [r for r in rows if getattr(r, attr) != name]
                 say(f"cv: leave out {kind} {name} ({len(test)} frontier rows)")
-                res = calibrate(train, hardware_ids, fit_rounds=fit_rounds, min_rows=min_rows, max_nfev=max_nfev,
+                res = calibrate(train, hardware_ids, fit_rounds=fit_rounds, transfer=False, min_rows=min_rows, max_nfev=max_nfev,
                                 presets_dir=presets_dir, _evaluator=ev, **fit_kwargs)
                 items = _held_out(ev, res, test)
                 pooled += items
@@ -903,7 +953,8 @@ def write(result: CalibrationResult, out_dir: str | os.PathLike | None = None, *
     out_dir : folder for the written copies (default ``./calibrated``): ``OUT/hardware_profiles/ID.yaml``
         and ``OUT/presets/vX.Y.yaml`` — usable as ``--profiles-dir OUT`` and ``presets_dir=OUT/presets``.
     in_place : overwrite the source profile and preset files instead (the files ``result``
-        was fitted from); only when asked. Not combinable with ``out_dir``.
+        was fitted from); only when asked. Not combinable with ``out_dir``. Hardware without
+        rows (``result.transferred``) is written only to copies, never in place.
 
     Returns
     -------
@@ -930,6 +981,13 @@ def write(result: CalibrationResult, out_dir: str | os.PathLike | None = None, *
         src = Path(result.hardware_files.get(hw_id) or catalog.resolve("hardware", hw_id))
         dst = src if in_place else target_root / "hardware_profiles" / src.name
         plans.append((src, dst, "efficiency", values, _record(result, hw_id, values), HardwareSpec))
+    # fleet-prior values go to copies only: in place, only the files the fit read are touched
+    for hw_id, values in ({} if in_place else result.transferred).items():
+        src = Path(catalog.resolve("hardware", hw_id))
+        dst = src if in_place else target_root / "hardware_profiles" / src.name
+        record = {"data": f"fleet prior from {result.data} (no rows for this hardware)", "date": result.date, "rows": 0,
+                  "residual_median_ape": _round_sig(result.after["median_ape"] or 0.0), "parameters": list(values)}
+        plans.append((src, dst, "efficiency", values, record, HardwareSpec))
     for rnd, values in result.presets.items():
         src = src_presets / f"{rnd}.yaml"
         dst = src if in_place else target_root / "presets" / src.name
@@ -951,4 +1009,4 @@ def write(result: CalibrationResult, out_dir: str | os.PathLike | None = None, *
 
 
 __all__ = ["DEFAULT_PARAMETERS", "ROUND_PARAMETERS", "BOUNDS", "Parameter", "CalibrationResult", "calibrate",
-           "cross_validate", "format_cv", "write"]
+           "cross_validate", "format_cv", "write", "transfer_prior"]
