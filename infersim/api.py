@@ -230,10 +230,10 @@ def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, 
         "tokens_per_s_per_accelerator": total / accelerators,
         "tokens_per_s_per_user": 1.0 / tpot_mean if tpot_mean > 0 else 0.0,
         "ttft_s": pick(s.ttft_p99), "tpot_s": pick(s.tpot_p99), "ttft_mean_s": pick(s.ttft_mean),
-        "tpot_mean_s": tpot_mean, "requests_per_s": total / WorkloadStats.from_workload(inputs.scenario.workload).osl_mean,
+        "tpot_mean_s": tpot_mean, "requests_per_s": total / WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean,
         "usd_per_million_tokens": float(tco.usd_per_million_tokens(price, accelerators, total)),
     }
-    stats = WorkloadStats.from_workload(inputs.scenario.workload)
+    stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
     metrics["usd_per_million_input_tokens"] = float(tco.usd_per_million_tokens(
         price, accelerators, metrics["requests_per_s"] * stats.isl_mean))
     config = {**lay, "replicas": replicas, "batch": float(grid.batch[j]),
@@ -279,7 +279,7 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
         preset = load_preset(round or "v99.0") if presets_dir is None else load_preset(round, presets_dir)
     base = base_plan(inputs, preset=preset, layout={"tp": tp, "ep": ep, "dp": dp, "pp": pp}, batch=batch)
     price = price_per_hour if price_per_hour is not None else hw.price.usd_per_hour
-    stats = WorkloadStats.from_workload(inputs.scenario.workload)
+    stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
     best = None
     last_grid = None
     grids: list[tuple[Plan, search.GridResult]] = []
@@ -340,14 +340,14 @@ def explain(pred: Prediction) -> list[dict[str, Any]]:
     if not pred.feasible or pred.plan is None:
         return []
     c = pred.config
-    stats = WorkloadStats.from_workload(pred.inputs.scenario.workload)
+    stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
     layout = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
     sv = pred.plan.serving
     offline = pred.inputs.scenario.kind == "offline"
     # offline steps carry the prefills that replace finished sequences (as in serving.offline)
     shape = Shape(decode_seqs=c["batch"], decode_q=1.0 + sv.draft_depth, decode_ctx=stats.context_mean,
                   prefill_seqs=c["batch"] * sv.tokens_per_step / stats.osl_mean if offline else 0.0,
-                  prefill_len=stats.isl_mean, prefill_len_sq=stats.isl_sq)
+                  prefill_len=stats.isl_mean, prefill_len_sq=stats.isl_sq, prefill_patches=stats.vision_patches)
     cost = step_cost(pred.plan, layout, shape, detail=True)
     total = float(cost.total)
     rows = [{"op": name, "kind": cost.op_info[name][0], "bound": cost.op_info[name][1], "time_s": float(t),

@@ -48,8 +48,10 @@ def prefill_options(plan: Plan, layouts: dict, stats: WorkloadStats, accelerator
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     chunk = plan.serving.prefill_chunk_tokens
     n_chunk = np.maximum(chunk / plen, 1.0)
-    t_chunk = step_cost(plan, lay, Shape(prefill_seqs=n_chunk, prefill_len=plen, prefill_len_sq=plen_sq)).total
-    t_alone = step_cost(plan, lay, Shape(prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq)).total
+    t_chunk = step_cost(plan, lay, Shape(prefill_seqs=n_chunk, prefill_len=plen, prefill_len_sq=plen_sq,
+                                             prefill_patches=stats.vision_patches)).total
+    t_alone = step_cost(plan, lay, Shape(prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq,
+                                             prefill_patches=stats.vision_patches)).total
     mu = n_chunk / t_chunk                       # requests/s at full utilization
     s_mean = 1.0 / mu
     s_sq = s_mean**2 * plen_sq / np.maximum(plen**2, 1e-30)

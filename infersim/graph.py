@@ -145,6 +145,8 @@ class Shape:
     prefill_seqs: ArrayLike = 0.0
     prefill_len: ArrayLike = 0.0
     prefill_len_sq: ArrayLike = 0.0
+    prefill_patches: ArrayLike = 0.0
+    """Vision-encoder patches per prompt (multimodal models)."""
     prefill_rank_imbalance: ArrayLike = 1.0
     """Busiest attention-DP rank's prefill tokens over the mean: a prompt is prefilled on one
     rank, so with fewer prompts per step than ranks the busiest rank carries a whole prompt while
@@ -444,6 +446,25 @@ def head_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> li
     ]
 
 
+def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> list[Op]:
+    """Vision encoder for the step's prompts (ViT over each image's patches), once per step.
+
+    Notes
+    -----
+    Per prompt with P patches: linear FLOPs ≈ 2·params·P, attention FLOPs 4·P²·hidden·layers (full
+    attention within an image); weights are read once per step in 16 bit. Runs on the attention
+    ranks (data parallel under attention DP). Averaged over pipeline stages like the head.
+    """
+    v = model.vision_encoder
+    patches = shape.prefill_seqs * shape.prefill_patches / layout.dp
+    per_prompt = shape.prefill_patches
+    flops = 2.0 * v.params_b * 1e9 * patches + 4.0 * patches * per_prompt * v.hidden_size * v.n_layers
+    weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES, 0.0)
+    act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers
+    return [Op("vision_encoder", OpKind.GEMM, 1.0 / layout.pp, flops=flops, bytes=weights + act, precision="bf16",
+               m=np.maximum(per_prompt, 1.0), block="vision")]
+
+
 def build_graph(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, *, moe_imbalance=1.0,
                 dispatch_bytes: float | None = None, phase: str = "mixed") -> OpGraph:
     """Operators of one pipeline stage's step on one device.
@@ -460,6 +481,8 @@ def build_graph(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, *,
     if model.n_moe_layers:
         ops += moe_ops(model, shape, layout, fmt, model.n_moe_layers * per_stage, moe_imbalance, dispatch_bytes)
     ops += head_ops(model, shape, layout, fmt)
+    if model.vision_encoder is not None:
+        ops += vision_ops(model, shape, layout, fmt)
     return OpGraph(tuple(ops), phase=phase)
 
 

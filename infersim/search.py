@@ -74,7 +74,7 @@ def layout_grid(layouts: dict[str, np.ndarray]) -> Layout:
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | None = None,
              batch_axis: np.ndarray | None = None) -> GridResult:
     """Evaluate the whole search space of ``plan`` for ``scenario`` on ``accelerators``."""
-    stats = stats or WorkloadStats.from_workload(scenario.workload)
+    stats = stats or WorkloadStats.from_workload(scenario.workload, plan.model)
     layouts = parallel.candidate_layouts(plan, accelerators)
     layout = layout_grid(layouts)
     batch = np.asarray(plan.search.batch if plan.search.batch else (BATCH_GRID if batch_axis is None else batch_axis),

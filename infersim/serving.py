@@ -21,6 +21,10 @@ from .graph import Layout, Shape
 from .plan import Plan
 
 
+VISION_PATCH_PIXELS = 16 * 16
+"""Pixels per vision-encoder patch (Qwen3-VL: 16x16 patches before the 2x2 merge)."""
+
+
 @dataclass(frozen=True)
 class WorkloadStats:
     """Moments of the request mix, tokens (already net of prefix-cache hits where noted)."""
@@ -32,6 +36,8 @@ class WorkloadStats:
     osl_points: np.ndarray
     osl_probs: np.ndarray
     osl_p99: float
+    vision_patches: float = 0.0
+    """Vision-encoder patches per request (multimodal models; 0 for text)."""
 
     @property
     def context_mean(self) -> float:
@@ -40,8 +46,16 @@ class WorkloadStats:
         return self.isl_mean + self.osl_sq / (2.0 * self.osl_mean)
 
     @classmethod
-    def from_workload(cls, workload) -> "WorkloadStats":
+    def from_workload(cls, workload, model=None) -> "WorkloadStats":
+        """Moments of ``workload``; with a multimodal ``model`` each request's images add
+        image_pixels / pixels_per_token LM tokens to its prompt and patches to the encoder."""
         xi, pi = workload.isl.support
+        image_tokens, patches = 0.0, 0.0
+        venc = getattr(model, "vision_encoder", None)
+        if venc is not None and workload.images_per_request and workload.image_pixels:
+            image_tokens = workload.images_per_request * workload.image_pixels / venc.pixels_per_token
+            patches = workload.images_per_request * workload.image_pixels / VISION_PATCH_PIXELS
+            xi = xi + image_tokens
         xo, po = workload.osl.support
         # compress the output-length distribution to 16 quantile points for tail sums
         c = np.cumsum(po)
@@ -49,7 +63,8 @@ class WorkloadStats:
         pts = xo[np.minimum(np.searchsorted(c, u), len(xo) - 1)]
         return cls(isl_mean=float(np.sum(pi * xi)), isl_sq=float(np.sum(pi * xi * xi)),
                    osl_mean=float(np.sum(po * xo)), osl_sq=float(np.sum(po * xo * xo)),
-                   osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99))
+                   osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99),
+                   vision_patches=patches)
 
 
 @dataclass
@@ -120,7 +135,7 @@ def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0
     n_prefill = batch * L / stats.osl_mean
     shape = Shape(decode_seqs=batch, decode_q=q, decode_ctx=stats.context_mean,
                   prefill_seqs=n_prefill, prefill_len=plen, prefill_len_sq=plen_sq,
-                  prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp))
+                  prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp), prefill_patches=stats.vision_patches)
     cost = step_cost(plan, layout, shape)
     t = cost.total
     tokens = batch * L / t
@@ -218,7 +233,7 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     n = np.maximum(batch * L / stats.osl_mean, 1.0)
     mixed = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
                   prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
-                  prefill_rank_imbalance=rank_imbalance(n, layout.dp))
+                  prefill_rank_imbalance=rank_imbalance(n, layout.dp), prefill_patches=stats.vision_patches)
     s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
     return queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)

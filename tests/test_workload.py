@@ -61,3 +61,25 @@ def test_heavier_tail_raises_p99_tpot():
     tailed = predict(None, None, None, 8, round="v5.1", batch=256, tp=1, inputs=tailed_inputs)
     assert fixed.feasible and tailed.feasible
     assert tailed.metrics["tpot_s"] / tailed.metrics["tpot_mean_s"] > fixed.metrics["tpot_s"] / fixed.metrics["tpot_mean_s"]
+
+
+def test_images_add_lm_tokens_and_vision_encoder_work():
+    from infersim.graph import Formats, Layout, Shape, build_graph
+    from infersim.serving import WorkloadStats
+    from infersim.specs import load_model
+
+    sc = load_scenario("mlperf-qwen3-vl-235b-a22b-offline")
+    vl = load_model("qwen3-vl-235b-a22b")
+    text = WorkloadStats.from_workload(sc.workload)
+    multi = WorkloadStats.from_workload(sc.workload, vl)
+    # one 1024x1024 image: 1,048,576 px / 1024 px per LM token = 1024 extra prompt tokens,
+    # and 1,048,576 / 256 = 4096 encoder patches
+    assert multi.isl_mean == pytest.approx(text.isl_mean + 1024)
+    assert multi.vision_patches == pytest.approx(4096)
+    g = build_graph(vl, Shape(prefill_seqs=1, prefill_len=1524, prefill_len_sq=1524**2, prefill_patches=4096),
+                    Layout(), Formats("bf16", "bf16", "bf16"))
+    (op,) = [o for o in g.ops if o.name == "vision_encoder"]
+    # 2 · 0.58e9 · 4096 + 4 · 4096² · 1152 · 27 FLOPs
+    assert float(op.flops) == pytest.approx(2 * 0.58e9 * 4096 + 4 * 4096**2 * 1152 * 27)
+    # a text model ignores the images
+    assert WorkloadStats.from_workload(sc.workload, load_model("qwen3-235b-a22b")).vision_patches == 0
