@@ -171,3 +171,14 @@ def small_grids(draw, model_spec) -> dict[str, np.ndarray]:
     grid["batch"] = draw(sorted_subset([1.0, 3.0, 8.0, 17.0, 64.0, 250.0, 1024.0]))
     grid["context"] = draw(sorted_subset([1.0, 100.0, 1000.0, 4097.0, 32768.0]))
     return grid
+
+
+PINNED_EFFICIENCY = dict(compute_fraction=0.803, memory_fraction=0.8, kv_memory_fraction=0.5, attention_fraction=0.5,
+                         gemm_m_half=32.0, comm_fraction=0.8, launch_overhead_us=4.0, step_overhead_ms=0.5)
+"""A fixed, documented efficiency baseline (H100 spec-sheet defaults) for hand-computed tests, so
+they do not change when ``infersim calibrate`` updates the shipped profiles."""
+
+
+def pinned(hw):
+    """``hw`` with its efficiencies set to PINNED_EFFICIENCY (calibration record dropped)."""
+    return hw.model_copy(update={"efficiency": dict(PINNED_EFFICIENCY)})

@@ -20,7 +20,7 @@ from infersim.serving import WorkloadStats
 import strategies as S
 
 BF16 = Formats("bf16", "bf16", "bf16")
-H100 = S.hardware("h100-sxm")
+H100 = S.pinned(S.hardware("h100-sxm"))  # hand computations below use the pinned efficiencies
 LLAMA8B = S.model("llama3.1-8b")
 LLAMA8B_H100 = Plan(hardware=H100, model=LLAMA8B, formats=BF16)
 
