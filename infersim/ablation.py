@@ -127,6 +127,7 @@ def plot(rows: list[dict], path, title: str) -> None:
             ax.bar(i, v - prev, bottom=prev, color="#55a868" if v >= prev else "#c44e52")
         ax.text(i, v, f"{v:,.0f}", ha="center", va="bottom", fontsize=7)
         prev = v
+    ax.set_ylim(0, max(vals + [1.0]) * 1.12)  # room for the value labels
     ax.set_xticks(range(len(vals)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=7)
     ax.set_ylabel("output tokens/s per accelerator")

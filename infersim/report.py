@@ -109,6 +109,9 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, mode) as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
