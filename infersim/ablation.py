@@ -15,7 +15,7 @@ from typing import Any
 
 from . import optimizations as opt
 from .api import Inputs, Prediction, load_inputs, predict
-from .optimizations.presets import PresetSpec, load_preset, resolve_round
+from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
 
 ORDER = ("fusion", "attention_dp", "wide_ep", "overlap", "mtp", "disagg", "kv_routing")
 """Order in which the waterfall adds optimizations (graph → layout → serving)."""
@@ -55,7 +55,7 @@ def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None
               levers: list[str] | None = None, isl=None, osl=None) -> tuple[list[dict], list[dict]]:
     """Cumulative waterfall and leave-one-out rows for the round's optimizations (or ``levers``)."""
     inputs = load_inputs(hardware, model, scenario, isl=isl, osl=osl)
-    preset = load_preset(round or "v99.0")
+    preset = load_preset(round or LATEST)
     params = _levers(preset, inputs)
     chosen = [k for k in ORDER if k in (levers or list(params) or ORDER)]
     for k in levers or []:

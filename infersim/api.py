@@ -16,7 +16,7 @@ from . import optimizations as opt
 from . import search, tco
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import Layout, Shape, resolve_formats
-from .optimizations.presets import PresetSpec, load_preset, resolve_round
+from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
 from .plan import Plan, SearchSpace, Serving
 from .serving import WorkloadStats
 from .specs import catalog
@@ -276,7 +276,7 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
     if batch is not None and not 1 <= batch <= 1e6:
         raise SpecError(f"--batch must be in [1, 1e6] sequences (got {batch})")
     if preset is None:
-        preset = load_preset(round or "v99.0") if presets_dir is None else load_preset(round, presets_dir)
+        preset = load_preset(round or LATEST) if presets_dir is None else load_preset(round, presets_dir)
     base = base_plan(inputs, preset=preset, layout={"tp": tp, "ep": ep, "dp": dp, "pp": pp}, batch=batch)
     price = price_per_hour if price_per_hour is not None else hw.price.usd_per_hour
     stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
@@ -303,11 +303,11 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
         msg = _infeasible_message(top, reasons, n)
         if raise_infeasible:
             raise InfeasibleError(msg, reasons)
-        return Prediction(inputs, n, False, msg, {}, {"round": resolve_round(round or "v99.0")}, {"reasons": reasons},
+        return Prediction(inputs, n, False, msg, {}, {"round": resolve_round(round)}, {"reasons": reasons},
                           grid=last_grid, plan=base, grids=grids)
     _, grid, plan, (i, j) = best
     metrics, config, breakdown = _point(grid, i, j, plan, inputs, price, n)
-    config["round"] = resolve_round(round or "v99.0")
+    config["round"] = resolve_round(round)
     return Prediction(inputs, n, True, "", metrics, config, breakdown, grid=grid, plan=plan, grids=grids)
 
 

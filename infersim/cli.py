@@ -442,7 +442,7 @@ def ablate_cmd(
 
     if from_round:
         rows, loo = ablation.round_waterfall(hardware, model, scenario, accelerators, from_round=from_round,
-                                             to_round=round_ or "v99.0"), []
+                                             to_round=round_ or "latest"), []
     else:
         rows, loo = ablation.waterfall(hardware, model, scenario, accelerators, round=round_, levers=lever)
     if fmt == TableJsonCsv.json:

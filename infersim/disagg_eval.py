@@ -18,7 +18,6 @@ from .engine import step_cost
 from .graph import Layout, Shape
 from .plan import Plan
 from .serving import ServingResult, WorkloadStats, _prefill, prefix_hit
-from .units import gb_s_to_bandwidth
 
 RHO_GRID = np.linspace(0.05, 0.95, 19)
 

@@ -100,20 +100,28 @@ def to_json(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2)
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write a file atomically (temporary file in the same folder, then rename)."""
+def write_atomic(path: str | Path, data: str | bytes) -> Path:
+    """Write a file atomically (temporary file in the same folder, then rename).
+
+    An existing file keeps its permissions; a new one gets the usual ones (0666 minus the umask).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
+    payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, mode) as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        if path.exists():
+            mode = path.stat().st_mode & 0o777
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path

@@ -7,7 +7,7 @@ axis), batch is a geometric axis. Everything is evaluated as arrays; infeasible 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -15,7 +15,6 @@ import io
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -634,23 +633,9 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def _atomic_write(path: Path, payload: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    from .report import write_atomic
+
+    return write_atomic(path, payload)
 
 
 def plot(report: ValidationReport, path: str | os.PathLike, *, color_by: str = "model",

@@ -68,9 +68,16 @@ def list_rounds() -> list[str]:
     return sorted(_preset_files(), key=_version_key)
 
 
-def resolve_round(round_name: str) -> str:
-    """The preset round used for ``round_name``: itself, the nearest earlier, or the earliest."""
+LATEST = "latest"
+"""Round name meaning the newest preset (the default when no round is given)."""
+
+
+def resolve_round(round_name: str | None) -> str:
+    """The preset round used for ``round_name``: itself, the nearest earlier, or the earliest;
+    None or ``latest`` gives the newest preset."""
     rounds = list_rounds()
+    if round_name is None or round_name == LATEST:
+        return rounds[-1]
     key = _version_key(round_name)
     earlier = [r for r in rounds if _version_key(r) <= key]
     return earlier[-1] if earlier else rounds[0]
@@ -93,4 +100,3 @@ def load_preset(round_name: str, directory: Path | None = None) -> PresetSpec:
     return _load(str(path), path.stat().st_mtime)
 
 
-LATEST = "latest"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 import numpy as np
 from pydantic import Field, NonNegativeFloat, RootModel, PositiveFloat, PositiveInt, model_validator
