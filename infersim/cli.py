@@ -342,12 +342,20 @@ def run_cmd(
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=VALUE", help="Optimization parameter (repeatable), e.g. mtp.depth=2."),
     price: Optional[float] = typer.Option(None, "--price-per-hour", help="Override the price per accelerator-hour, US$."),
+    tco_capex: Optional[float] = typer.Option(None, "--tco-capex", help="TCO mode: purchase price per accelerator incl. its system share, US$ (replaces the rental price)."),
+    tco_years: float = typer.Option(4.0, "--tco-years", help="TCO mode: depreciation period, years."),
+    tco_pue: float = typer.Option(1.3, "--tco-pue", help="TCO mode: data-centre power usage effectiveness."),
+    tco_kwh: float = typer.Option(0.10, "--tco-usd-per-kwh", help="TCO mode: electricity price, US$/kWh."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
     explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
-    from . import api, report
+    from . import api, report, tco
 
+    if tco_capex is not None:
+        if price is not None:
+            raise SpecError("give either --price-per-hour or --tco-capex, not both")
+        price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
                        params=api.parse_param_overrides(set_ or []), price_per_hour=price)

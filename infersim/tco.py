@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import SpecError
 from .units import HOUR
 
 
@@ -44,3 +45,19 @@ class Tco:
         capex = self.capex_usd / (self.lifetime_years * 365.25 * 24)
         energy = self.power_w / 1000.0 * self.pue * self.usd_per_kwh
         return capex + energy
+
+
+def tco_usd_per_hour(hw, capex_usd: float, lifetime_years: float = 4.0, pue: float = 1.3, usd_per_kwh: float = 0.10) -> float:
+    """Owning cost per accelerator-hour for ``hw``: capex over the lifetime + TDP × PUE × $/kWh.
+
+    Raises SpecError for non-positive inputs or a profile without a TDP.
+    """
+    for name, v in (("--tco-capex", capex_usd), ("--tco-years", lifetime_years), ("--tco-pue", pue)):
+        if not v > 0:
+            raise SpecError(f"{name} must be > 0 (got {v})")
+    if usd_per_kwh < 0:
+        raise SpecError(f"--tco-usd-per-kwh must be >= 0 (got {usd_per_kwh})")
+    if hw.tdp_w is None:
+        raise SpecError("TCO mode needs the accelerator's power, but the profile has tdp_w: null", path="tdp_w")
+    return Tco(capex_usd=capex_usd, lifetime_years=lifetime_years, power_w=hw.tdp_w, pue=pue,
+               usd_per_kwh=usd_per_kwh).usd_per_hour()
