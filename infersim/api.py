@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import optimizations as opt
-from . import search, tco
+from . import search, serving, tco
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import Layout, Shape, resolve_formats
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
@@ -217,7 +217,8 @@ class Prediction:
         }
 
 
-def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, price: float, accelerators: int):
+def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, price: float, accelerators: int,
+           stats: WorkloadStats):
     s = grid.serving
     lay = {k: int(v[i]) for k, v in grid.layouts.items()}
     size = lay["tp"] * lay["pp"]
@@ -230,10 +231,9 @@ def _point(grid: search.GridResult, i: int, j: int, plan: Plan, inputs: Inputs, 
         "tokens_per_s_per_accelerator": total / accelerators,
         "tokens_per_s_per_user": 1.0 / tpot_mean if tpot_mean > 0 else 0.0,
         "ttft_s": pick(s.ttft_p99), "tpot_s": pick(s.tpot_p99), "ttft_mean_s": pick(s.ttft_mean),
-        "tpot_mean_s": tpot_mean, "requests_per_s": total / WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean,
+        "tpot_mean_s": tpot_mean, "requests_per_s": total / stats.osl_mean,
         "usd_per_million_tokens": float(tco.usd_per_million_tokens(price, accelerators, total)),
     }
-    stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
     metrics["usd_per_million_input_tokens"] = float(tco.usd_per_million_tokens(
         price, accelerators, metrics["requests_per_s"] * stats.isl_mean))
     config = {**lay, "replicas": replicas, "batch": float(grid.batch[j]),
@@ -306,7 +306,7 @@ def predict(hardware, model, scenario, accelerators: int | None = None, *, round
         return Prediction(inputs, n, False, msg, {}, {"round": resolve_round(round)}, {"reasons": reasons},
                           grid=last_grid, plan=base, grids=grids)
     _, grid, plan, (i, j) = best
-    metrics, config, breakdown = _point(grid, i, j, plan, inputs, price, n)
+    metrics, config, breakdown = _point(grid, i, j, plan, inputs, price, n, stats)
     config["round"] = resolve_round(round)
     return Prediction(inputs, n, True, "", metrics, config, breakdown, grid=grid, plan=plan, grids=grids)
 
@@ -342,12 +342,10 @@ def explain(pred: Prediction) -> list[dict[str, Any]]:
     c = pred.config
     stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
     layout = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
-    sv = pred.plan.serving
-    offline = pred.inputs.scenario.kind == "offline"
-    # offline steps carry the prefills that replace finished sequences (as in serving.offline)
-    shape = Shape(decode_seqs=c["batch"], decode_q=1.0 + sv.draft_depth, decode_ctx=stats.context_mean,
-                  prefill_seqs=c["batch"] * sv.tokens_per_step / stats.osl_mean if offline else 0.0,
-                  prefill_len=stats.isl_mean, prefill_len_sq=stats.isl_sq, prefill_patches=stats.vision_patches)
+    if pred.inputs.scenario.kind == "offline":  # offline steps carry the prefills that replace finished sequences
+        shape = serving.offline_shape(pred.plan, layout, c["batch"], stats, c["replicas"])
+    else:
+        shape = Shape(decode_seqs=c["batch"], decode_q=1.0 + pred.plan.serving.draft_depth, decode_ctx=stats.context_mean)
     cost = step_cost(pred.plan, layout, shape, detail=True)
     total = float(cost.total)
     rows = [{"op": name, "kind": cost.op_info[name][0], "bound": cost.op_info[name][1], "time_s": float(t),

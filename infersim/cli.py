@@ -7,7 +7,7 @@ library function and renders the result. Errors become one line on stderr and an
 reported in one line with exit code 3 (``INFERSIM_DEBUG=1`` shows the traceback).
 
 Adding a command: decorate it with ``@app.command()`` *and* ``@handle_errors`` (in that order),
-load specs with ``_load_triplet`` and render with ``_table``/``_console``.
+call one library function and render with ``_table``/``_console``.
 """
 
 from __future__ import annotations
@@ -144,11 +144,6 @@ def _si(value: float, unit: str) -> str:
         if abs(value) >= factor:
             return f"{value:.4g} {unit} ({value / factor:,.4g} {prefix}{unit})"
     return f"{value:.4g} {unit}"
-
-
-def _load_triplet(hardware: str, model: str, scenario: str):
-    """Load (hardware, model, scenario) specs from IDs or paths; SpecError names the bad one."""
-    return catalog.load("hardware", hardware), catalog.load("model", model), catalog.load("scenario", scenario)
 
 
 def _detect_kind(name: str, kind: Kind | None) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import parallel
 from .engine import step_cost
-from .graph import Layout, Shape
+from .graph import Shape
 from .plan import Plan
 from .serving import ServingResult, WorkloadStats, _prefill, prefix_hit
 
@@ -41,7 +41,7 @@ def kv_transfer_time(plan: Plan, isl, prefill_size, accelerators: int):
 def prefill_options(plan: Plan, layouts: dict, stats: WorkloadStats, accelerators: int, percentile: float):
     """Flattened prefill options: (p99 TTFT excluding the first decode step, accelerator-seconds per
     request = g_p/(μ·ρ), option index) for every prefill layout × utilization."""
-    lay = Layout(tp=layouts["tp"][:, None], pp=layouts["pp"][:, None], ep=layouts["ep"][:, None], dp=layouts["dp"][:, None])
+    lay = parallel.layout_axis(layouts)
     size = lay.tp * lay.pp
     workers = accelerators / size
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
@@ -73,7 +73,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
 
     Returns (ServingResult, ok mask of the prefill side, per-accelerator tokens/s, extra arrays).
     """
-    lay = Layout(tp=layouts["tp"][:, None], pp=layouts["pp"][:, None], ep=layouts["ep"][:, None], dp=layouts["dp"][:, None])
+    lay = parallel.layout_axis(layouts)
     L = plan.serving.tokens_per_step
     dq = 1.0 + plan.serving.draft_depth
     cost = step_cost(plan, lay, Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean))

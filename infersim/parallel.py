@@ -106,6 +106,12 @@ def candidate_layouts(plan: Plan, accelerators: int) -> dict[str, np.ndarray]:
     return {"tp": arr[:, 0], "pp": arr[:, 1], "ep": arr[:, 2], "dp": arr[:, 3]}
 
 
+def layout_axis(layouts: dict[str, np.ndarray]) -> Layout:
+    """Layout arrays shaped [n_layouts, 1] from the 1-D candidate arrays (the grid's first axis)."""
+    return Layout(tp=layouts["tp"][:, None], pp=layouts["pp"][:, None], ep=layouts["ep"][:, None],
+                  dp=layouts["dp"][:, None])
+
+
 def layout_feasibility(model: ModelSpec, layout: Layout, accelerators):
     """Divisibility mask and reason codes for layout arrays."""
     ok = np.ones(np.broadcast(layout.tp, layout.pp, layout.ep, layout.dp).shape, dtype=bool)

@@ -13,7 +13,6 @@ import numpy as np
 
 from . import parallel, serving
 from .errors import Reason, reason_counts, require
-from .graph import Layout
 from .plan import Plan
 from .serving import ServingResult, WorkloadStats
 
@@ -66,17 +65,12 @@ class GridResult:
         return reason_counts(self.ok, self.reason)
 
 
-def layout_grid(layouts: dict[str, np.ndarray]) -> Layout:
-    return Layout(tp=layouts["tp"][:, None], pp=layouts["pp"][:, None], ep=layouts["ep"][:, None],
-                  dp=layouts["dp"][:, None])
-
-
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | None = None,
              batch_axis: np.ndarray | None = None) -> GridResult:
     """Evaluate the whole search space of ``plan`` for ``scenario`` on ``accelerators``."""
     stats = stats or WorkloadStats.from_workload(scenario.workload, plan.model)
     layouts = parallel.candidate_layouts(plan, accelerators)
-    layout = layout_grid(layouts)
+    layout = parallel.layout_axis(layouts)
     batch = np.asarray(plan.search.batch if plan.search.batch else (BATCH_GRID if batch_axis is None else batch_axis),
                        dtype=float)[None, :]
     ok, reason = parallel.layout_feasibility(plan.model, layout, accelerators)
@@ -98,7 +92,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         if kind != "offline" and plan.serving.disaggregated:
             from . import disagg_eval
 
-            res, p_ok, per_acc_d, prefill_acc = disagg_eval.evaluate(plan, scenario, accelerators, stats, layouts, batch)
+            res, p_ok, _, prefill_acc = disagg_eval.evaluate(plan, scenario, accelerators, stats, layouts, batch)
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
             slo = scenario.slo
             if slo.tpot_ms is not None:

@@ -127,16 +127,21 @@ def _prefill(stats: WorkloadStats, hit):
     return stats.isl_mean * miss, stats.isl_sq * miss * miss
 
 
+def offline_shape(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0) -> Shape:
+    """An offline steady-state step: B sequences decode, and the B·L/OSL prompts that replace the
+    finished ones are prefilled in the same step."""
+    L = plan.serving.tokens_per_step
+    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
+    n_prefill = batch * L / stats.osl_mean
+    return Shape(decode_seqs=batch, decode_q=1.0 + plan.serving.draft_depth, decode_ctx=stats.context_mean,
+                 prefill_seqs=n_prefill, prefill_len=plen, prefill_len_sq=plen_sq,
+                 prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp), prefill_patches=stats.vision_patches)
+
+
 def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0) -> ServingResult:
     """Offline steady state: decode B sequences plus the prefills that keep B constant."""
     L = plan.serving.tokens_per_step
-    q = 1.0 + plan.serving.draft_depth
-    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
-    n_prefill = batch * L / stats.osl_mean
-    shape = Shape(decode_seqs=batch, decode_q=q, decode_ctx=stats.context_mean,
-                  prefill_seqs=n_prefill, prefill_len=plen, prefill_len_sq=plen_sq,
-                  prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp), prefill_patches=stats.vision_patches)
-    cost = step_cost(plan, layout, shape)
+    cost = step_cost(plan, layout, offline_shape(plan, layout, batch, stats, workers))
     t = cost.total
     tokens = batch * L / t
     rate = tokens / stats.osl_mean
@@ -144,22 +149,6 @@ def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0
     ttft = t  # a request's prefill completes within one (mixed) step once it is admitted
     share = np.zeros_like(t)
     return ServingResult(tokens, rate, ttft, ttft, tpot, tpot, ttft + stats.osl_p99 * tpot, cost, share)
-
-
-def gamma_quantile(mean, var, q):
-    """q-quantile of a gamma distribution with the given mean and variance (broadcasts).
-
-    Notes
-    -----
-    Wilson-Hilferty: X ≈ kθ·(1 − 1/(9k) + z_q·sqrt(1/(9k)))³ for shape k = mean²/var, scale
-    θ = var/mean (relative error < 1 % at q = 0.99 for k ≥ 0.5; the DES tests bound the rest).
-    """
-    mean = np.maximum(mean, 1e-30)
-    var = np.maximum(var, 1e-30 * mean * mean)
-    k = mean * mean / var
-    z = NormalDist().inv_cdf(q)
-    c = 1.0 / (9.0 * k)
-    return mean * np.maximum(1.0 - c + z * np.sqrt(c), 0.0) ** 3
 
 
 _erfc = np.vectorize(math.erfc, otypes=[float])

@@ -104,7 +104,7 @@ def test_candidate_layouts_dense_on_8():
     got = set(zip(lay["tp"].astype(int), lay["pp"].astype(int)))
     assert got == {(1, 1), (1, 2), (1, 4), (1, 8), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)}
     assert np.all(lay["ep"] == 1) and np.all(lay["dp"] == 1)  # dense: no experts, no attention DP
-    ok, reason = parallel.layout_feasibility(LLAMA8B, search.layout_grid(lay), 8)
+    ok, reason = parallel.layout_feasibility(LLAMA8B, parallel.layout_axis(lay), 8)
     assert np.all(ok) and np.all(reason == Reason.NONE)
 
 
