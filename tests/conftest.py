@@ -46,3 +46,13 @@ def runner() -> CliRunner:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--regen-golden", action="store_true", default=False,
+                     help="Rewrite tests/golden/*.json from the current model instead of comparing.")
+
+
+@pytest.fixture
+def regen_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--regen-golden"))
