@@ -14,11 +14,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import optimizations as opt
-from .api import Inputs, Prediction, load_inputs, predict
+from .api import Inputs, Prediction, context, load_inputs, predict
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
 
-ORDER = ("fusion", "attention_dp", "wide_ep", "overlap", "mtp", "disagg", "kv_routing")
-"""Order in which the waterfall adds optimizations (graph → layout → serving)."""
+ORDER = tuple(sorted(opt.REGISTRY, key=lambda k: opt.REGISTRY[k].rank))
+"""Order in which the waterfall adds optimizations (each transform's ``rank``)."""
+
+
+@dataclass
+class Ablation:
+    """Waterfall rows, leave-one-out rows, and the levers skipped (kind → why they cannot act)."""
+
+    rows: list[dict]
+    leave_one_out: list[dict]
+    skipped: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"waterfall": self.rows, "leave_one_out": self.leave_one_out, "skipped": self.skipped}
 
 
 @dataclass
@@ -43,26 +55,38 @@ def _run(inputs: Inputs, n: int | None, preset: PresetSpec, on: tuple[str, ...],
     return predict(None, None, None, n, inputs=inputs, preset=preset, enable=list(on), disable=off, params=params)
 
 
-def _levers(preset: PresetSpec, inputs: Inputs) -> dict[str, dict]:
-    """Optimizations of a preset (applied and choices) with their parameters."""
+def _levers(preset: PresetSpec, inputs: Inputs, skipped: dict[str, str] | None = None) -> dict[str, dict]:
+    """Optimizations of a preset (applied and choices) with their parameters, keeping only those
+    that can act on this system; the others go to ``skipped`` with the transform's reason."""
+    ctx = context(inputs)
     found = {}
+    offered = {e["kind"] for e in preset.choices}
     for e in list(preset.optimizations) + list(preset.choices):
-        found[e["kind"]] = {k: v for k, v in e.items() if k != "kind"}
+        params = {k: v for k, v in e.items() if k != "kind"}
+        why = opt.make(e["kind"], params).skip_reason(ctx, as_choice=e["kind"] in offered)
+        if why is None:
+            found[e["kind"]] = params
+        elif skipped is not None:
+            skipped[e["kind"]] = why
     return found
 
 
 def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None = None,
-              levers: list[str] | None = None, isl=None, osl=None) -> tuple[list[dict], list[dict]]:
+              levers: list[str] | None = None, isl=None, osl=None) -> Ablation:
     """Cumulative waterfall and leave-one-out rows for the round's optimizations (or ``levers``)."""
     inputs = load_inputs(hardware, model, scenario, isl=isl, osl=osl)
     preset = load_preset(round or LATEST)
-    params = _levers(preset, inputs)
-    chosen = [k for k in ORDER if k in (levers or list(params) or ORDER)]
+    skipped: dict[str, str] = {}
+    params = _levers(preset, inputs, skipped)
     for k in levers or []:
         if k not in opt.REGISTRY:
             from .errors import SpecError
 
             raise SpecError(f"unknown optimization '{k}' (known: {', '.join(sorted(opt.REGISTRY))})")
+        why = opt.make(k, params.get(k, {})).skip_reason(context(inputs))
+        if why is not None:
+            skipped[k] = why
+    chosen = [k for k in ORDER if k in (levers or list(params)) and k not in skipped]
     steps = [Step("baseline (no optimizations)", (), _run(inputs, accelerators, preset, (), params))]
     on: tuple[str, ...] = ()
     for k in chosen:
@@ -78,14 +102,16 @@ def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None
         f = full.prediction.metrics.get("tokens_per_s_per_accelerator", 0.0)
         r["gain"] = (f / r["tokens_per_s_per_accelerator"]) if r["tokens_per_s_per_accelerator"] else None
         loo.append(r)
-    return rows, loo
+    return Ablation(rows, loo, skipped)
 
 
-def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round: str, to_round: str) -> list[dict]:
-    """From round A's software to round B's: maturity first, then each optimization B adds or retunes."""
+def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round: str, to_round: str) -> Ablation:
+    """From round A's software to round B's: maturity first, then each optimization B adds or
+    retunes that can act on this system (the others are listed as skipped, with the reason)."""
     inputs = load_inputs(hardware, model, scenario)
     a, b = load_preset(from_round), load_preset(to_round)
-    pa, pb = _levers(a, inputs), _levers(b, inputs)
+    skipped: dict[str, str] = {}
+    pa, pb = _levers(a, inputs, skipped), _levers(b, inputs, skipped)
     on_a = tuple(k for k in ORDER if k in pa)
     steps = [Step(f"{resolve_round(from_round)} software", on_a, predict(None, None, None, accelerators, inputs=inputs, preset=a))]
     mature = a.model_copy(update={"kernel_efficiency": b.kernel_efficiency, "moe_kernel_efficiency": b.moe_kernel_efficiency,
@@ -102,7 +128,7 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
             steps.append(Step(label, on, _run(inputs, accelerators, mature, on, params)))
     steps.append(Step(f"{resolve_round(to_round)} software (search picks the choices)", tuple(pb),
                       predict(None, None, None, accelerators, inputs=inputs, preset=b)))
-    return [s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)]
+    return Ablation([s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)], [], skipped)
 
 
 def plot(rows: list[dict], path, title: str) -> None:

@@ -406,15 +406,17 @@ def pareto_cmd(
     from . import api, pareto, report
 
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
-                       disable=disable or [], keep_grids=True)
+                       disable=disable or [])
     points = pareto.frontier_points(pred)
     if not points:
         raise InfeasibleError(pred.reason or "no configuration fits in memory")
     text = report.to_json(points) if fmt == TableJsonCsv.json else _rows_csv(points)
     if fmt == TableJsonCsv.table:
-        cols = ("tokens/s/user", "tokens/s/accelerator", "TTFT p99 ms", "tp", "pp", "ep", "dp", "batch", "MTP", "disagg")
-        rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3, p["tp"], p["pp"],
-                 p["ep"], p["dp"], p["batch"], p["mtp_depth"], "yes" if p["disaggregated"] else "no") for p in points]
+        cols = ("tokens/s/user", "tokens/s/accelerator", "TTFT p99 ms", "TPOT p99 ms", "tp", "pp", "ep", "dp", "batch",
+                "MTP", "disagg", "meets limits")
+        rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3,
+                 p["tpot_p99_s"] * 1e3, p["tp"], p["pp"], p["ep"], p["dp"], p["batch"], p["mtp_depth"],
+                 "yes" if p["disaggregated"] else "no", "yes" if p["meets_limits"] else p["reason"]) for p in points]
         _console().print(_table(f"Pareto frontier: {pred.inputs.hardware_id} × {pred.accelerators}, {pred.inputs.model_id}, "
                                 f"{pred.inputs.scenario_id}", cols, rows))
     else:
@@ -444,12 +446,13 @@ def ablate_cmd(
     from . import ablation, report
 
     if from_round:
-        rows, loo = ablation.round_waterfall(hardware, model, scenario, accelerators, from_round=from_round,
-                                             to_round=round_ or "latest"), []
+        result = ablation.round_waterfall(hardware, model, scenario, accelerators, from_round=from_round,
+                                          to_round=round_ or "latest")
     else:
-        rows, loo = ablation.waterfall(hardware, model, scenario, accelerators, round=round_, levers=lever)
+        result = ablation.waterfall(hardware, model, scenario, accelerators, round=round_, levers=lever)
+    rows, loo = result.rows, result.leave_one_out
     if fmt == TableJsonCsv.json:
-        typer.echo(report.to_json({"waterfall": rows, "leave_one_out": loo}))
+        typer.echo(report.to_json(result.to_dict()))
     elif fmt == TableJsonCsv.csv:
         typer.echo(_rows_csv(rows + loo).rstrip("\n"))
     else:
@@ -466,6 +469,8 @@ def ablate_cmd(
         console.print(_table("waterfall (each step re-searches layout, batch and MTP depth)", cols, [fmt_row(r) for r in rows]))
         if loo:
             console.print(_table("leave one out (gain × = full / without)", cols, [fmt_row(r) for r in loo]))
+        for kind, why in result.skipped.items():
+            console.print(f"skipped {kind}: {why}")
     if plot is not None:
         ablation.plot(rows, plot, f"{model or scenario} · {hardware} — waterfall")
 

@@ -11,6 +11,8 @@ pool ratio continuous rather than integer).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from . import parallel
@@ -76,12 +78,17 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     lay = parallel.layout_axis(layouts)
     L = plan.serving.tokens_per_step
     dq = 1.0 + plan.serving.draft_depth
-    cost = step_cost(plan, lay, Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean))
+    decode = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean)
+    cost = step_cost(plan, lay, decode)
     t_d = cost.total
     r_d = batch * L / (stats.osl_mean * t_d)
     slo = scenario.slo
     limit = (slo.ttft_ms if slo.ttft_ms is not None else 1e12) * 1e-3
-    p_ttft, p_cost = prefill_options(plan, layouts, stats, accelerators, slo.percentile)
+    # the prefill pool has its own layout, searched over everything the hardware allows whatever
+    # the decode pool's layout is fixed to (so a point alone equals the same point in a grid)
+    free = replace(plan, search=replace(plan.search, tp=None, pp=None, ep=None, dp=None, batch=None))
+    p_ttft, p_cost = prefill_options(plan, parallel.candidate_layouts(free, accelerators), stats, accelerators,
+                                     slo.percentile)
     order = np.argsort(p_ttft)
     sorted_ttft = p_ttft[order]
     best_cost = np.minimum.accumulate(p_cost[order])
@@ -96,6 +103,6 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     tpot = t_d / L
     res = ServingResult(tokens_per_s=per_acc * size, rate=r_d, ttft_mean=ttft_p, ttft_p99=ttft_p,
                         tpot_mean=tpot, tpot_p99=tpot, e2e_p99=ttft_p + stats.osl_p99 * tpot, step=cost,
-                        prefill_share=np.zeros_like(t_d))
+                        prefill_share=np.zeros_like(t_d), shape=decode)
     prefill_gpus_per_decode_instance = r_d * c_p
     return res, prefill_ok, per_acc, prefill_gpus_per_decode_instance

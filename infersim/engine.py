@@ -60,74 +60,58 @@ def moe_imbalance(plan: Plan, layout: Layout, tokens):
     return np.where(ep > 1, np.minimum(1.0 + skew + noise, ep), 1.0)  # the busiest rank holds at most all
 
 
-def draft_graph(plan: Plan, layout: Layout, stage_shape: Shape, imbalance):
-    """Drafting ops: ``draft_layers`` decoder layers (plus LM head per depth) on one token per
-    sequence, the MTP module's sequential passes (DeepSeek-V3 MTP; EAGLE-style heads alike)."""
-    from dataclasses import replace as _replace
+@dataclass
+class _Priced:
+    """Sums over one stage graph's ops (arrays)."""
 
-    model = plan.model
-    one = Shape(decode_seqs=stage_shape.decode_seqs, decode_q=1.0, decode_ctx=stage_shape.decode_ctx)
-    g = build_graph(model, one, layout, plan.formats, moe_imbalance=imbalance, dispatch_bytes=plan.dispatch_bytes)
-    per_layer = plan.serving.draft_layers / model.n_layers
-    depth = max(plan.serving.draft_depth, 1)
-    ops = []
-    for op in g.ops:
-        scale = depth / np.asarray(layout.pp, dtype=float) if op.block == "head" else per_layer
-        ops.append(_replace(op, name="draft_" + op.name, count=op.count * scale))
-    return g.__class__(tuple(ops), phase="draft")
+    by_kind: dict[str, np.ndarray]
+    compute_bound: np.ndarray
+    memory_bound: np.ndarray
+    kernels: np.ndarray
+    by_op: dict[str, np.ndarray] | None
+    op_info: dict[str, tuple[str, str]] | None
+
+    @property
+    def compute(self):
+        return self.by_kind["gemm"] + self.by_kind["attention"] + self.by_kind["elementwise"]
 
 
-def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False) -> StepCost:
-    """Cost of one engine step of one instance (all sequences advance once).
-
-    Parameters
-    ----------
-    plan : Plan
-    layout : Layout, arrays broadcastable with the shape arrays
-    shape : Shape of the whole instance step (before micro-batching)
-    detail : also return per-op times (for ``--explain``)
-    """
-    hw, model = plan.hardware, plan.model
-    eff = hw.efficiency
-    stage_shape = shape.scaled(1.0 / layout.pp)
-    tokens_dev = stage_shape.new_tokens / layout.tp
+def stage_graph(plan: Plan, layout: Layout, stage_shape: Shape):
+    """Operator graph of one pipeline stage's step: the model's blocks, the optimizations' extra
+    ops (e.g. MTP drafting) and the plan's graph passes (e.g. fusion)."""
     imbalance = moe_imbalance(plan, layout, stage_shape.new_tokens)
-    graph = build_graph(model, stage_shape, layout, plan.formats, moe_imbalance=imbalance,
+    graph = build_graph(plan.model, stage_shape, layout, plan.formats, moe_imbalance=imbalance,
                         dispatch_bytes=plan.dispatch_bytes)
-    if plan.serving.draft_layers > 0:
-        graph = graph + draft_graph(plan, layout, stage_shape, imbalance)
+    for _, extra in plan.step_extras:
+        graph = graph + extra(plan, layout, stage_shape, imbalance)
     for _, graph_pass in plan.graph_passes:
         graph = graph_pass(graph)
+    return graph
 
-    bandwidth = hw.memory.bandwidth
+
+def _price(plan: Plan, graph, detail: bool) -> _Priced:
+    """Roofline or collective time of every op, summed by kind (one stage step, no overheads)."""
+    hw = plan.hardware
+    eff = hw.efficiency
     c_eff = eff.compute_fraction * plan.kernel_efficiency
     a_eff = eff.attention_fraction * plan.kernel_efficiency
-    launch = eff.launch_overhead_us * 1e-6 * plan.launch_scale
-    if plan.graph_max_batch is not None and plan.launch_scale < 1.0:
-        # steps with more sequences per rank than the largest captured graph run eagerly
-        eager = stage_shape.decode_seqs / layout.dp > plan.graph_max_batch
-        launch = np.where(eager, eff.launch_overhead_us * 1e-6, launch)
     by_kind = {k: 0.0 for k in KINDS}
-    tc_sum = tm_sum = 0.0
+    tc_sum = tm_sum = n_kernels = 0.0
     by_op = {} if detail else None
     op_info = {} if detail else None
-    n_kernels = 0.0
     for op in graph.ops:
         if op.kind == OpKind.COMM:
-            t = comm.collective_time(op.collective, op.bytes, op.group, hw)
-            t = op.count * t
+            t = op.count * comm.collective_time(op.collective, op.bytes, op.group, hw)
             by_kind["comm"] = by_kind["comm"] + t
             n_kernels = n_kernels + op.count * (np.asarray(op.group) > 1)
         else:
-            flop_rate = hw.compute.flop_rate(op.precision)
             if op.kind == OpKind.GEMM:
-                ce = roofline.gemm_efficiency(op.m, c_eff * (plan.moe_kernel_efficiency if op.name.startswith("experts") else 1.0),
-                                              eff.gemm_m_half)
-            elif op.kind == OpKind.ATTENTION:
-                ce = a_eff
+                maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
+                ce = roofline.gemm_efficiency(op.m, c_eff * maturity, eff.gemm_m_half)
             else:
-                ce = c_eff
-            t1, tc, tm = roofline.op_time(op.flops, op.bytes, flop_rate, bandwidth, ce, getattr(eff, op.memory_efficiency))
+                ce = a_eff if op.kind == OpKind.ATTENTION else c_eff
+            t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
+                                          ce, getattr(eff, op.memory_efficiency))
             t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
             tc_sum = tc_sum + op.count * np.where(tc >= tm, t1, 0.0)
@@ -141,20 +125,67 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
             else:
                 bound = "compute" if float(np.mean(tc >= tm)) >= 0.5 else "memory"
             op_info[op.name] = (op.kind.value, bound)
-    compute = by_kind["gemm"] + by_kind["attention"] + by_kind["elementwise"]
-    overlap_on = tokens_dev >= plan.overlap_min_tokens
-    hidden = np.where(overlap_on, np.minimum(plan.comm_overlap * by_kind["comm"], compute), 0.0)
-    comm_exposed = by_kind["comm"] - hidden
-    stage = compute + comm_exposed + n_kernels * launch
+    return _Priced(by_kind, tc_sum, tm_sum, n_kernels, by_op, op_info)
+
+
+def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False) -> StepCost:
+    """Cost of one engine step of one instance (all sequences advance once).
+
+    Parameters
+    ----------
+    plan : Plan
+    layout : Layout, arrays broadcastable with the shape arrays
+    shape : Shape of the whole instance step (before micro-batching)
+    detail : also return per-op times (for ``--explain``)
+
+    Notes
+    -----
+    stage = compute + exposed communication + kernels · launch; step = pp · (stage + host).
+    With overlap (``plan.comm_overlap`` = f > 0) the engine may instead split the step into two
+    micro-batches of half the tokens, each re-reading the weights and launching its own kernels,
+    and hide a share f of the communication behind the other micro-batch's compute:
+    stage₂ = 2·(compute½ + kernels½·launch) + 2·comm½ − f·min(2·comm½, 2·compute½).
+    The engine runs whichever is faster, so the step time never falls when a sequence is added
+    (both branches grow with the batch) and the break-even batch emerges from the weights'
+    re-read cost rather than a threshold (SGLang two-batch overlap: slower at 32 tokens per
+    device, break-even near 64-128; shared/reference/effects.md section 5).
+    """
+    hw = plan.hardware
+    eff = hw.efficiency
+    stage_shape = shape.scaled(1.0 / layout.pp)
+    launch = eff.launch_overhead_us * 1e-6 * plan.launch_scale
+    if plan.graph_max_batch is not None and plan.launch_scale < 1.0:
+        # steps with more sequences per rank than the largest captured graph run eagerly
+        eager = stage_shape.decode_seqs / layout.dp > plan.graph_max_batch
+        launch = np.where(eager, eff.launch_overhead_us * 1e-6, launch)
+    whole = _price(plan, stage_graph(plan, layout, stage_shape), detail)
+    compute = whole.compute
+    comm_total = whole.by_kind["comm"]
+    stage = compute + comm_total + whole.kernels * launch
+    comm_exposed = comm_total
+    if plan.comm_overlap > 0:
+        half = _price(plan, stage_graph(plan, layout, stage_shape.scaled(0.5)), False)
+        comm2, compute2 = 2 * half.by_kind["comm"], 2 * half.compute
+        exposed2 = comm2 - plan.comm_overlap * np.minimum(comm2, compute2)
+        split = compute2 + exposed2 + 2 * half.kernels * launch
+        use_split = split < stage
+        stage = np.where(use_split, split, stage)
+        comm_exposed = np.where(use_split, exposed2, comm_total)
+        compute = np.where(use_split, compute2, compute)
+        kernels = np.where(use_split, 2 * half.kernels, whole.kernels)
+        scale = np.where(use_split, compute2 / np.maximum(whole.compute, 1e-300), 1.0)
+    else:
+        kernels = whole.kernels
+        scale = 1.0
     pp = layout.pp
     # each pipeline micro-batch is its own engine iteration with its own host overhead
     host = eff.step_overhead_ms * MS * plan.host_overhead_scale
-    overhead = pp * (n_kernels * launch + host)
+    overhead = pp * (kernels * launch + host)
     total = pp * (stage + host)
-    out = {k: np.asarray(v * pp) for k, v in by_kind.items()}
+    out = {k: np.asarray(v * scale * pp) for k, v in whole.by_kind.items() if k not in ("comm", "overhead")}
     out["comm"] = np.asarray(comm_exposed * pp)
     out["overhead"] = np.asarray(overhead)
-    return StepCost(total=np.asarray(total), by_kind=out, compute_bound=np.asarray(tc_sum * pp),
-                    memory_bound=np.asarray(tm_sum * pp), comm_exposed=np.asarray(comm_exposed * pp),
-                    by_op=None if by_op is None else {k: np.asarray(v * pp) for k, v in by_op.items()},
-                    op_info=op_info)
+    by_op = None if whole.by_op is None else {k: np.asarray(v * pp) for k, v in whole.by_op.items()}
+    return StepCost(total=np.asarray(total), by_kind=out, compute_bound=np.asarray(whole.compute_bound * scale * pp),
+                    memory_bound=np.asarray(whole.memory_bound * scale * pp), comm_exposed=np.asarray(comm_exposed * pp),
+                    by_op=by_op, op_info=whole.op_info)

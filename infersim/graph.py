@@ -55,6 +55,8 @@ class Op:
     group: ArrayLike = 1
     fusable: bool = False
     """Elementwise op that a fusion pass may fold into its producer."""
+    grouped: bool = False
+    """Routed-expert grouped GEMM: its efficiency follows the MoE kernel backend's maturity."""
     block: str = ""
     """Which block the op belongs to (attention, mlp, moe, head), for breakdowns."""
     memory_efficiency: str = "memory_fraction"
@@ -194,7 +196,7 @@ class OpGraph:
 # ---- shape helpers ---------------------------------------------------------------------------
 
 
-def gemm(name, m, n, k, count, fmt: Formats, block: str, weight_bytes=None, m_eff=None) -> Op:
+def gemm(name, m, n, k, count, fmt: Formats, block: str, weight_bytes=None, m_eff=None, grouped: bool = False) -> Op:
     """GEMM of an [m, k] activation by a [k, n] weight.
 
     Notes
@@ -207,7 +209,7 @@ def gemm(name, m, n, k, count, fmt: Formats, block: str, weight_bytes=None, m_ef
     wbytes = np.where(np.asarray(m) > 0, wbytes, 0.0)  # an empty GEMM is not launched
     traffic = wbytes + m * k * fmt.ab + m * n * HIDDEN_BYTES
     return Op(name, OpKind.GEMM, count, flops=2.0 * m * n * k, bytes=traffic, precision=fmt.gemm,
-              m=m if m_eff is None else m_eff, block=block)
+              m=m if m_eff is None else m_eff, block=block, grouped=grouped)
 
 
 def elementwise(name, elements, count, block: str, passes: float = 2.0) -> Op:
@@ -392,10 +394,10 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
     ops = [
         gemm("router", t_attn, E, h, layers, fmt, "moe"),
         gemm("experts_gate_up", assignments, 2 * inter / mt, h, layers, fmt, "moe",
-             weight_bytes=experts_here * w_expert * (2 / 3), m_eff=per_expert_m),
+             weight_bytes=experts_here * w_expert * (2 / 3), m_eff=per_expert_m, grouped=True),
         elementwise("experts_act", assignments * inter / mt, layers, "moe", passes=1.5),
         gemm("experts_down", assignments, h, inter / mt, layers, fmt, "moe",
-             weight_bytes=experts_here * w_expert * (1 / 3), m_eff=per_expert_m),
+             weight_bytes=experts_here * w_expert * (1 / 3), m_eff=per_expert_m, grouped=True),
     ]
     if moe.n_shared_experts:
         s_inter = moe.n_shared_experts * inter

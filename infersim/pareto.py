@@ -12,31 +12,38 @@ from typing import Any
 import numpy as np
 
 from .api import Prediction
+from .errors import Reason
 
 
 def frontier_points(pred: Prediction) -> list[dict[str, Any]]:
-    """Non-dominated (per-user, per-accelerator) points with their configurations."""
+    """Non-dominated (per-user, per-accelerator) points with their configurations and metrics.
+
+    Reads the evaluated ``Result`` arrays directly (memory-feasible points, limits not applied);
+    each point carries the contract metrics and whether it meets the scenario's limits.
+    """
     pts = []
-    for plan, grid in pred.grids:
-        ok = grid.ok_capacity if grid.ok_capacity is not None else grid.ok
-        s = grid.serving
-        size = grid.layouts["tp"][:, None] * grid.layouts["pp"][:, None]
-        per_acc = np.broadcast_to(s.tokens_per_s / size, ok.shape)
-        per_user = np.broadcast_to(1.0 / s.tpot_mean, ok.shape)
-        ttft = np.broadcast_to(s.ttft_p99, ok.shape)
-        good = ok & np.isfinite(per_acc) & np.isfinite(per_user) & (per_acc > 0)
+    for k, res in enumerate(pred.results):
+        per_acc = res.serving.tokens_per_s / (res.layouts["tp"][:, None] * res.layouts["pp"][:, None])
+        per_acc = np.broadcast_to(per_acc, res.ok.shape)
+        per_user = res.metrics["tokens_per_s_per_user"]
+        with np.errstate(invalid="ignore"):
+            good = res.ok_capacity & np.isfinite(per_acc) & np.isfinite(per_user) & (per_acc > 0)
         for i, j in zip(*np.nonzero(good)):
-            pts.append((float(per_user[i, j]), float(per_acc[i, j]), float(ttft[i, j]), plan, grid, int(i), int(j)))
+            pts.append((float(per_user[i, j]), float(per_acc[i, j]), k, int(i), int(j)))
     pts.sort(key=lambda p: (-p[0], -p[1]))
     out, best_acc = [], -np.inf
-    for u, a, ttft, plan, grid, i, j in pts:  # sweep from most interactive to least
+    for u, a, k, i, j in pts:  # sweep from most interactive to least
         if a > best_acc * (1 + 1e-9):
             best_acc = a
-            out.append({"tokens_per_s_per_user": u, "tokens_per_s_per_accelerator": a, "ttft_p99_s": ttft,
-                        "tp": int(grid.layouts["tp"][i]), "pp": int(grid.layouts["pp"][i]),
-                        "ep": int(grid.layouts["ep"][i]), "dp": int(grid.layouts["dp"][i]),
-                        "batch": float(grid.batch[j]), "mtp_depth": plan.serving.draft_depth,
-                        "disaggregated": plan.serving.disaggregated})
+            res = pred.results[k]
+            cfg = res.config_at(i, j)
+            out.append({"tokens_per_s_per_user": u, "tokens_per_s_per_accelerator": a,
+                        "ttft_p99_s": float(np.broadcast_to(res.serving.ttft_p99, res.ok.shape)[i, j]),
+                        "tpot_p99_s": float(res.metrics["tpot_s"][i, j]),
+                        "usd_per_million_tokens": float(res.metrics["usd_per_million_tokens"][i, j])
+                        if res.ok[i, j] else None,
+                        "meets_limits": bool(res.ok[i, j]), "reason": Reason(int(res.reason[i, j])).name,
+                        **{key: cfg[key] for key in ("tp", "pp", "ep", "dp", "batch", "mtp_depth", "disaggregated")}})
     out.reverse()  # increasing interactivity
     return out
 

@@ -15,6 +15,8 @@ from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
 
 GraphPass = Callable[[OpGraph], OpGraph]
+StepExtra = Callable[..., OpGraph]
+"""(plan, layout, stage_shape, moe_imbalance) -> extra ops of one pipeline stage's step."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,14 @@ class Plan:
     formats: Formats
     graph_passes: tuple[tuple[str, GraphPass], ...] = ()
     """Named graph transforms applied to every step's operator graph (fusion)."""
+    step_extras: tuple[tuple[str, StepExtra], ...] = ()
+    """Named builders of extra ops run in every decode step (MTP draft passes)."""
     launch_scale: float = 1.0
     """Remaining fraction of per-kernel launch overhead (graph capture lowers it)."""
     graph_max_batch: float | None = None
     """Largest per-rank decode batch with a captured graph; larger steps launch eagerly."""
     comm_overlap: float = 0.0
     """Fraction of communication time hidden behind compute (two-batch overlap)."""
-    overlap_min_tokens: float = 0.0
-    """Tokens per device below which overlap is not used (it would cost more than it hides)."""
     moe_popularity_cv: float = 0.6
     """Coefficient of variation of expert popularity (routing skew) before load balancing."""
     eplb_efficiency: float = 0.0

@@ -85,6 +85,8 @@ class ServingResult:
     step: StepCost
     prefill_share: np.ndarray
     """Fraction of engine time spent on prefill work."""
+    shape: Shape | None = None
+    """The engine step whose cost is ``step`` (what ``explain`` prices)."""
 
 
 def rank_imbalance(prompts_per_step, dp):
@@ -141,14 +143,15 @@ def offline_shape(plan: Plan, layout: Layout, batch, stats: WorkloadStats, worke
 def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0) -> ServingResult:
     """Offline steady state: decode B sequences plus the prefills that keep B constant."""
     L = plan.serving.tokens_per_step
-    cost = step_cost(plan, layout, offline_shape(plan, layout, batch, stats, workers))
+    shape = offline_shape(plan, layout, batch, stats, workers)
+    cost = step_cost(plan, layout, shape)
     t = cost.total
     tokens = batch * L / t
     rate = tokens / stats.osl_mean
     tpot = t / L
     ttft = t  # a request's prefill completes within one (mixed) step once it is admitted
     share = np.zeros_like(t)
-    return ServingResult(tokens, rate, ttft, ttft, tpot, tpot, ttft + stats.osl_p99 * tpot, cost, share)
+    return ServingResult(tokens, rate, ttft, ttft, tpot, tpot, ttft + stats.osl_p99 * tpot, cost, share, shape)
 
 
 _erfc = np.vectorize(math.erfc, otypes=[float])
@@ -225,7 +228,9 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
                   prefill_rank_imbalance=rank_imbalance(n, layout.dp), prefill_patches=stats.vision_patches)
     s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
-    return queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
+    res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
+    res.shape = decode
+    return res
 
 
 def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, cost: StepCost) -> ServingResult:

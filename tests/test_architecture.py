@@ -6,7 +6,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "infersim"
 
 ORDER = ["units", "errors", "specs", "graph", "roofline", "comm", "plan", "parallel", "engine", "optimizations",
-         "serving", "disagg_eval", "search", "tco", "report", "api", "pareto", "ablation", "des", "validation",
+         "query", "serving", "disagg_eval", "tco", "grid", "search", "report", "api", "pareto", "ablation", "des", "validation",
          "calibration", "cli", "__main__", "__init__"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 

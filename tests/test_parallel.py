@@ -167,8 +167,8 @@ def test_search_points_feasible_iff_reason_zero(plan, scenario_id, accelerators,
     ok, reason = grid.ok, np.broadcast_to(grid.reason, grid.ok.shape)
     np.testing.assert_array_equal(ok, reason == Reason.NONE)
     assert set(np.unique(reason)) <= {int(r) for r in Reason}
-    assert np.all(grid.per_accelerator[~ok] == 0)
-    assert np.all(np.isfinite(grid.per_accelerator[ok])) and np.all(grid.per_accelerator[ok] > 0)
+    assert np.all(grid.metrics["tokens_per_s_per_accelerator"][~ok] == 0)
+    assert np.all(np.isfinite(grid.metrics["tokens_per_s_per_accelerator"][ok])) and np.all(grid.metrics["tokens_per_s_per_accelerator"][ok] > 0)
     assert sum(grid.reasons().values()) == int(np.sum(~ok))
 
 
@@ -183,7 +183,7 @@ def _single(grid, i, j):
     s = grid.serving
     pick = lambda a: float(np.broadcast_to(a, grid.ok.shape)[i, j])  # noqa: E731
     return {"ok": bool(grid.ok[i, j]), "reason": int(np.broadcast_to(grid.reason, grid.ok.shape)[i, j]),
-            "per_accelerator": float(grid.per_accelerator[i, j]), "max_batch": float(grid.max_batch[i, j]),
+            "per_accelerator": float(grid.metrics["tokens_per_s_per_accelerator"][i, j]), "max_batch": float(grid.max_batch[i, j]),
             "tokens_per_s": pick(s.tokens_per_s), "ttft_p99": pick(s.ttft_p99), "tpot_p99": pick(s.tpot_p99),
             "step": pick(s.step.total)}
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from ..plan import Plan
-from .base import Stage, Transform, register
+from .base import Needs, Stage, Transform, register
 
 
 @register
@@ -22,6 +22,8 @@ class AttentionDP(Transform):
     kind: ClassVar[str] = "attention_dp"
     stage: ClassVar[Stage] = Stage.LAYOUT
     summary: ClassVar[str] = "data-parallel attention inside the TP group (MoE models)"
+    rank: ClassVar[int] = 1
+    needs: ClassVar[tuple[Needs, ...]] = (Needs.MOE,)
 
     def _apply(self, plan: Plan) -> Plan:
         return replace(plan, search=replace(plan.search, attention_dp=True))

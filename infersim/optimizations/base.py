@@ -7,7 +7,8 @@ user's order within a stage. ``enabled: false`` is the neutral setting: an exact
 
 from __future__ import annotations
 
-from enum import IntEnum
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -22,14 +23,50 @@ class Stage(IntEnum):
     SERVING = 2
 
 
+class Needs(StrEnum):
+    """What a system must have for an optimization to act (declared by each transform)."""
+
+    MOE = "a mixture-of-experts model"
+    MTP_HEADS = "trained multi-token-prediction heads"
+    SHARED_PREFIX = "traffic with shareable prompt prefixes"
+    LATENCY_LIMIT = "a scenario with latency limits (Server/Interactive)"
+
+
+@dataclass(frozen=True)
+class Context:
+    """The facts about a system that decide which optimizations can act on it."""
+
+    is_moe: bool
+    has_mtp_heads: bool
+    has_shared_prefix: bool
+    has_latency_limit: bool
+
+    def has(self, need: Needs) -> bool:
+        return {Needs.MOE: self.is_moe, Needs.MTP_HEADS: self.has_mtp_heads,
+                Needs.SHARED_PREFIX: self.has_shared_prefix, Needs.LATENCY_LIMIT: self.has_latency_limit}[need]
+
+    def missing(self, needs) -> list[Needs]:
+        return [n for n in needs if not self.has(n)]
+
+
 class Transform(BaseModel):
-    """Base of every optimization transform."""
+    """Base of every optimization transform.
+
+    Class attributes declare its behaviour: ``needs`` (without them the transform has nothing to
+    act on and is skipped, with the reason reported), ``choice_needs`` (a round preset's optional
+    use of it is only searched when these hold; an explicit request still applies it), and
+    ``search_variants`` (the settings the search tries for a round's choice).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
     kind: ClassVar[str] = ""
     stage: ClassVar[Stage] = Stage.GRAPH
     conflicts: ClassVar[tuple[str, ...]] = ()
     summary: ClassVar[str] = ""
+    rank: ClassVar[int] = 0
+    """Position in an ablation waterfall (levers that reshape the graph and layout come first)."""
+    needs: ClassVar[tuple[Needs, ...]] = ()
+    choice_needs: ClassVar[tuple[Needs, ...]] = ()
 
     enabled: bool = True
     """False keeps the entry but makes it an exact no-op."""
@@ -42,6 +79,17 @@ class Transform(BaseModel):
 
     def _apply(self, plan: Plan) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def search_variants(self) -> list["Transform"]:
+        """Settings the search tries when a round offers this transform (default: itself)."""
+        return [self]
+
+    def skip_reason(self, ctx: Context, *, as_choice: bool = False) -> str | None:
+        """Why this transform cannot act on the system (None: it can)."""
+        missing = ctx.missing(self.needs + (self.choice_needs if as_choice else ()))
+        if not missing:
+            return None
+        return f"{self.kind} needs {' and '.join(m.value for m in missing)}"
 
 
 REGISTRY: dict[str, type[Transform]] = {}

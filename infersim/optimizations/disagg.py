@@ -20,7 +20,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from ..plan import Plan
-from .base import Stage, Transform, register
+from .base import Needs, Stage, Transform, register
 
 
 @register
@@ -28,6 +28,8 @@ class Disaggregation(Transform):
     kind: ClassVar[str] = "disagg"
     stage: ClassVar[Stage] = Stage.SERVING
     summary: ClassVar[str] = "separate prefill and decode pools, rate-matched, KV transferred"
+    rank: ClassVar[int] = 5
+    choice_needs: ClassVar[tuple[Needs, ...]] = (Needs.LATENCY_LIMIT,)
 
     kv_transfer_exposed: float = Field(default=0.3, ge=0, le=1)
     """Share of KV transfer time not overlapped with the prefill (layer-wise streaming hides most)."""

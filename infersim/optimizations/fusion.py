@@ -33,6 +33,7 @@ class Fusion(Transform):
     kind: ClassVar[str] = "fusion"
     stage: ClassVar[Stage] = Stage.GRAPH
     summary: ClassVar[str] = "fold norms/activations/residuals into GEMM epilogues; graph capture"
+    rank: ClassVar[int] = 0
 
     fuse_elementwise: bool = True
     """Fold elementwise ops into their producers."""

@@ -18,7 +18,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from ..plan import Plan
-from .base import Stage, Transform, register
+from .base import Needs, Stage, Transform, register
 
 
 @register
@@ -26,6 +26,8 @@ class KVRouting(Transform):
     kind: ClassVar[str] = "kv_routing"
     stage: ClassVar[Stage] = Stage.SERVING
     summary: ClassVar[str] = "route requests to workers holding their prefix KV (prefix reuse)"
+    rank: ClassVar[int] = 6
+    choice_needs: ClassVar[tuple[Needs, ...]] = (Needs.SHARED_PREFIX,)
 
     efficiency: float = Field(default=0.9, ge=0, le=1)
     """Share of shareable prefix tokens found (load-balance trade-off of the router)."""

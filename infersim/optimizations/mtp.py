@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import ClassVar
 
+import numpy as np
 from pydantic import Field, model_validator
 
+from ..graph import Layout, OpGraph, Shape, build_graph
 from ..plan import Plan
-from .base import Stage, Transform, register
+from .base import Needs, Stage, Transform, register
 
 
 def expected_tokens(acceptance: list[float]) -> float:
@@ -30,11 +32,29 @@ def expected_tokens(acceptance: list[float]) -> float:
     return total
 
 
+def draft_ops(plan: Plan, layout: Layout, stage_shape: Shape, imbalance) -> OpGraph:
+    """Drafting ops of one pipeline stage's step: ``draft_layers`` decoder layers (plus the LM
+    head once per draft depth) on one token per sequence, the MTP module's sequential passes
+    (DeepSeek-V3 MTP; EAGLE-style heads alike)."""
+    model = plan.model
+    one = Shape(decode_seqs=stage_shape.decode_seqs, decode_q=1.0, decode_ctx=stage_shape.decode_ctx)
+    g = build_graph(model, one, layout, plan.formats, moe_imbalance=imbalance, dispatch_bytes=plan.dispatch_bytes)
+    per_layer = plan.serving.draft_layers / model.n_layers
+    depth = max(plan.serving.draft_depth, 1)
+    ops = []
+    for op in g.ops:
+        scale = depth / np.asarray(layout.pp, dtype=float) if op.block == "head" else per_layer
+        ops.append(replace(op, name="draft_" + op.name, count=op.count * scale))
+    return OpGraph(tuple(ops), phase="draft")
+
+
 @register
 class MultiTokenPrediction(Transform):
     kind: ClassVar[str] = "mtp"
     stage: ClassVar[Stage] = Stage.GRAPH
     summary: ClassVar[str] = "draft d tokens with MTP heads and verify them in one step"
+    rank: ClassVar[int] = 4
+    choice_needs: ClassVar[tuple[Needs, ...]] = (Needs.MTP_HEADS,)
 
     depth: int = Field(default=3, ge=0, le=8)
     """Draft tokens per step."""
@@ -61,9 +81,18 @@ class MultiTokenPrediction(Transform):
             return list(self.acceptance[: self.depth])
         return [self.first_acceptance * self.decay**i for i in range(self.depth)]
 
+    def search_variants(self) -> list["MultiTokenPrediction"]:
+        """A round's MTP choice is searched at every depth up to its own (deeper drafts pay
+        more verification per step than their extra accepted tokens at large batch); explicit
+        per-position acceptances fix the depth."""
+        if self.acceptance is not None:
+            return [self]
+        return [self.model_copy(update={"depth": d}) for d in range(1, self.depth + 1)] or [self]
+
     def _apply(self, plan: Plan) -> Plan:
         if self.depth == 0:
             return plan
         serving = replace(plan.serving, tokens_per_step=expected_tokens(self.probabilities()),
                           draft_depth=self.depth, draft_layers=self.depth * self.layers_per_draft)
-        return replace(plan, serving=serving)
+        extras = plan.step_extras + ((("mtp_draft", draft_ops),) if self.layers_per_draft > 0 else ())
+        return replace(plan, serving=serving, step_extras=extras)

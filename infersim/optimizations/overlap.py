@@ -1,9 +1,10 @@
 """Computation/communication overlap (two-batch overlap, overlapped MoE combine).
 
-Changes: ``plan.comm_overlap`` (share of collective time hidden behind compute) and
-``plan.overlap_min_tokens`` (below this many tokens per device the engine does not split the
-batch, because the halved GEMMs lose more than the hidden communication saves).
-Model: t = compute + max(0, comm − overlap·comm) with hidden ≤ compute.
+Changes: ``plan.comm_overlap`` (share of collective time hidden behind compute).
+Model (``infersim.engine.step_cost``): the engine may split a step into two micro-batches that
+each re-read the weights, hiding a share of one's communication behind the other's compute;
+it runs whichever of the split and the plain step is faster, so small batches, where the
+re-read weights cost more than the hidden communication saves, keep the plain step.
 Neutral: ``enabled: false`` (or hidden_fraction 0).
 Source: shared/reference/effects.md section 5 (SGLang TBO: −27 % at 32 tokens/device, break-even
 64-128, +25.5 % at 256; +27-35 % in prefill).
@@ -27,11 +28,9 @@ class Overlap(Transform):
     kind: ClassVar[str] = "overlap"
     stage: ClassVar[Stage] = Stage.LAYOUT
     summary: ClassVar[str] = "two-batch overlap of all-reduce/all-to-all with compute"
+    rank: ClassVar[int] = 3
 
     hidden_fraction: float = Field(default=0.8, ge=0, le=1)
     """Share of communication time hidden when overlap is active."""
-    min_tokens_per_device: float = Field(default=128.0, ge=0)
-    """Tokens per device per step below which overlap is not used."""
-
     def _apply(self, plan: Plan) -> Plan:
-        return replace(plan, comm_overlap=self.hidden_fraction, overlap_min_tokens=self.min_tokens_per_device)
+        return replace(plan, comm_overlap=self.hidden_fraction)

@@ -18,7 +18,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from ..plan import Plan
-from .base import Stage, Transform, register
+from .base import Needs, Stage, Transform, register
 
 
 @register
@@ -26,6 +26,8 @@ class WideEP(Transform):
     kind: ClassVar[str] = "wide_ep"
     stage: ClassVar[Stage] = Stage.LAYOUT
     summary: ClassVar[str] = "expert parallelism across the whole scale-up domain, with EPLB"
+    rank: ClassVar[int] = 2
+    needs: ClassVar[tuple[Needs, ...]] = (Needs.MOE,)
 
     max_ep: int | None = Field(default=None, ge=1, le=4096)
     """Largest EP group (default: the hardware's scale-up domain)."""

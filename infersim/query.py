@@ -1,0 +1,144 @@
+"""What a prediction is asked: the resolved specs, the system size, the software and the layout
+the user fixed, and the price, as small frozen records checked once at the API edge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
+from .specs import catalog
+from .specs.hardware import HardwareSpec
+from .specs.model import ModelSpec
+from .specs.scenario import LengthSpec
+
+MAX_ACCELERATORS = 1_000_000
+MAX_TOKENS = 10_000_000
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Resolved specs and their IDs."""
+
+    hardware: HardwareSpec
+    model: ModelSpec
+    scenario: Any
+    hardware_id: str
+    model_id: str
+    scenario_id: str
+
+
+def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: float | None = None,
+                trace=None) -> Inputs:
+    """Resolve IDs/paths (or accept spec objects) and apply ISL/OSL or trace overrides."""
+    def get(kind, x):
+        if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
+            return catalog.load(kind, x), catalog.profile_id(kind, x)
+        return x, getattr(x, "name", kind)
+
+    hw, hw_id = get("hardware", hardware)
+    sc, sc_id = get("scenario", scenario)
+    if model is None:
+        if not getattr(sc, "model", None):
+            raise SpecError("no --model given and the scenario names no default model")
+        model = sc.model
+    md, md_id = get("model", model)
+    if trace is not None:
+        from .specs.scenario import load_trace
+
+        t_isl, t_osl = load_trace(Path(trace))
+        sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"isl": t_isl, "osl": t_osl})})
+    if isl is not None or osl is not None:
+        wl = sc.workload
+        for flag, value in (("isl", isl), ("osl", osl)):
+            if value is None:
+                continue
+            if not 0 < value <= MAX_TOKENS:
+                raise SpecError(f"--{flag} must be in (0, 1e7] tokens (got {value})")
+            wl = wl.model_copy(update={flag: LengthSpec(mean=value)})
+        sc = sc.model_copy(update={"workload": wl})
+    return Inputs(hw, md, sc, hw_id, md_id, sc_id)
+
+
+def default_accelerators(hw: HardwareSpec) -> int:
+    """One scale-up domain, capped at 72 (8 for pods larger than a rack)."""
+    d = hw.scale_up.domain_size
+    return d if d <= 72 else 8
+
+
+@dataclass(frozen=True)
+class LayoutRequest:
+    """Layout axes the user fixed (None: searched)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+    batch: float | None = None
+    """Decode sequences per instance."""
+
+    def check(self, accelerators: int) -> None:
+        for name in ("tp", "ep", "dp", "pp"):
+            v = getattr(self, name)
+            if v is not None and not 1 <= v <= accelerators:
+                raise SpecError(f"--{name} must be in [1, accelerators={accelerators}] (got {v})")
+        if self.batch is not None and not 1 <= self.batch <= 1e6:
+            raise SpecError(f"--batch must be in [1, 1e6] sequences (got {self.batch})")
+
+
+@dataclass(frozen=True)
+class Software:
+    """The software side: a round's preset plus the user's optimization toggles."""
+
+    preset: PresetSpec
+    round: str
+    """The preset round actually used (``resolve_round`` of what was asked)."""
+    enable: tuple[str, ...] = ()
+    disable: tuple[str, ...] = ()
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Optimization parameters the user set ({kind: {param: value}})."""
+
+    @classmethod
+    def for_round(cls, round: str | None = None, *, presets_dir=None, preset: PresetSpec | None = None,
+                  enable=(), disable=(), params=None) -> "Software":
+        """The preset of ``round`` (default: the latest) with the user's toggles."""
+        if preset is None:
+            preset = load_preset(round or LATEST) if presets_dir is None else load_preset(round, presets_dir)
+        return cls(preset, resolve_round(round), tuple(enable or ()), tuple(disable or ()), dict(params or {}))
+
+
+@dataclass(frozen=True)
+class Query:
+    """One prediction request: specs, system size, software, fixed layout and price."""
+
+    inputs: Inputs
+    accelerators: int
+    software: Software
+    layout: LayoutRequest = LayoutRequest()
+    price_per_hour: float | None = None
+    """US$ per accelerator-hour (None: the hardware profile's price)."""
+
+    def __post_init__(self):
+        if not 1 <= self.accelerators <= MAX_ACCELERATORS:
+            raise SpecError(f"--accelerators must be in [1, 1e6] (got {self.accelerators})")
+        self.layout.check(self.accelerators)
+
+    @property
+    def price(self) -> float:
+        return self.inputs.hardware.price.usd_per_hour if self.price_per_hour is None else self.price_per_hour
+
+    @classmethod
+    def build(cls, hardware=None, model=None, scenario=None, accelerators: int | None = None, *,
+              round: str | None = None, isl: float | None = None, osl: float | None = None, trace=None,
+              tp: int | None = None, ep: int | None = None, dp: int | None = None, pp: int | None = None,
+              batch: float | None = None, enable=(), disable=(), params: dict | None = None,
+              price_per_hour: float | None = None, presets_dir=None, inputs: Inputs | None = None,
+              preset: PresetSpec | None = None) -> "Query":
+        """A query from CLI-style arguments (IDs or paths or spec objects; None = default/searched)."""
+        inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl, trace=trace)
+        n = int(accelerators) if accelerators is not None else default_accelerators(inputs.hardware)
+        software = Software.for_round(round, presets_dir=presets_dir, preset=preset, enable=enable, disable=disable,
+                                      params=params)
+        return cls(inputs, n, software, LayoutRequest(tp=tp, pp=pp, ep=ep, dp=dp, batch=batch), price_per_hour)

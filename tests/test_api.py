@@ -1,0 +1,212 @@
+"""The public API and the one-evaluation contract: a point alone equals the same point in a grid
+(every optimization, disaggregation included); step time never falls when a sequence is added;
+search, Pareto, explain and ablation are views of the evaluated ``Result``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import infersim
+from infersim import api
+from infersim import optimizations as opt
+from infersim.engine import step_cost
+from infersim.graph import Layout, Shape
+from infersim.query import Query
+
+import strategies as S
+
+# ---- public API ---------------------------------------------------------------------------------
+
+
+def test_public_api_lists_and_resolves_every_name():
+    assert {"predict", "evaluate", "explain", "validate", "calibrate", "load_profile", "Query", "Result"} <= set(
+        infersim.__all__)
+    for name in infersim.__all__:
+        assert getattr(infersim, name) is not None
+
+
+def test_import_is_light_and_lists_the_api():
+    code = "import sys, infersim; print(infersim.__all__); print('numpy' in sys.modules, 'scipy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "predict" in out[0]
+    assert out[1] == "False False"  # nothing heavy until a function is used
+
+
+def test_version_has_one_source():
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    assert "version" in pyproject["project"]["dynamic"]
+    assert "version" not in pyproject["project"]
+    assert infersim.__version__.count(".") == 2
+
+
+def test_readme_python_api_example_runs():
+    """The README's 'Python API' block is executed as written."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = text.split("## Python API", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - our own documentation
+    assert namespace["pred"].feasible
+
+
+# ---- step time is monotone in the batch (every optimization) -------------------------------------
+
+_ALL = {"fusion": {}, "overlap": {"hidden_fraction": 0.8}, "mtp": {"depth": 2}, "attention_dp": {}, "wide_ep": {},
+        "kv_routing": {}, "disagg": {}}
+
+
+@given(plan=S.plans(with_transforms=False), kinds=st.lists(st.sampled_from(sorted(_ALL)), unique=True),
+       batch=st.integers(1, 4096), ctx=st.sampled_from([128.0, 2048.0, 16384.0]),
+       prefill=st.sampled_from([0.0, 1.0, 4.0]), data=st.data())
+@S.examples(150)
+def test_step_time_never_falls_when_a_sequence_is_added(plan, kinds, batch, ctx, prefill, data):
+    plan = opt.apply_all(plan, [opt.make(k, _ALL[k]) for k in kinds])
+    layout = data.draw(S.layouts_for(plan.model, 16))
+    q = 1.0 + plan.serving.draft_depth
+    def t(b):
+        shape = Shape(decode_seqs=float(b), decode_q=q, decode_ctx=ctx, prefill_seqs=prefill, prefill_len=1000.0,
+                      prefill_len_sq=1e6)
+        return float(step_cost(plan, layout, shape).total)
+    assert t(batch + 1) >= t(batch) * (1 - 1e-12), (kinds, layout, batch)
+
+
+def test_overlap_regression_batch_1023_to_1024():
+    """Issue 9's reproducer: with overlap, llama3.1-70b tp 8 got faster when a sequence was added."""
+    base = api.base_plan(*_query("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8, tp=8))
+    plan = opt.apply_all(base, [opt.make("fusion"), opt.make("overlap")])
+    lay = Layout(tp=8)
+    t = [float(step_cost(plan, lay, Shape(decode_seqs=b, decode_ctx=1500.0)).total) for b in (1023.0, 1024.0)]
+    assert t[1] >= t[0]
+
+
+def _query(hw, model, scenario, n, **layout):
+    q = Query.build(hw, model, scenario, n, **layout)
+    return q.inputs, q.software, q.layout
+
+
+# ---- a point alone equals the same point in the grid (every optimization) ------------------------
+
+_GRID_CASES = [
+    ("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8),
+    ("b200", "deepseek-r1", "mlperf-deepseek-r1-interactive", 8),
+    ("h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-offline", 2),
+    ("mi300x", "mixtral-8x7b", "mlperf-mixtral-8x7b-server", 8),
+]
+
+
+@pytest.mark.parametrize("kind", sorted(_ALL))
+@given(case=st.sampled_from(_GRID_CASES), data=st.data())
+@S.examples(6)
+def test_point_alone_equals_the_point_in_the_grid(kind, case, data):
+    hw, model, scenario, n = case
+    others = [k for k in sorted(_ALL) if k != kind]
+    query = Query.build(hw, model, scenario, n, enable=[kind], disable=others, params={kind: _ALL[kind]})
+    results = api.evaluate(query)
+    k = data.draw(st.integers(0, len(results) - 1))
+    res = results[k]
+    i = data.draw(st.integers(0, len(res.layouts["tp"]) - 1))
+    j = data.draw(st.integers(0, len(res.batch) - 1))
+    fixed = {a: int(res.layouts[a][i]) for a in ("tp", "pp", "ep", "dp")}
+    alone_q = Query.build(hw, model, scenario, n, enable=[kind], disable=others, params={kind: _ALL[kind]},
+                          batch=float(res.batch[j]), **fixed)
+    alone = [r for r in api.evaluate(alone_q) if r.plan.applied == res.plan.applied
+             and r.plan.serving.draft_depth == res.plan.serving.draft_depth]
+    assert len(alone) == 1
+    one = alone[0]
+    assert one.ok.shape == (1, 1)
+    assert bool(one.ok[0, 0]) == bool(res.ok[i, j])
+    assert int(one.reason[0, 0]) == int(res.reason[i, j])
+    for name, arr in res.metrics.items():
+        np.testing.assert_allclose(one.metrics[name][0, 0], arr[i, j], rtol=1e-9, err_msg=f"{kind}: {name} at {fixed}")
+    assert one.config_at(0, 0) == res.config_at(i, j)
+
+
+# ---- views of one Result ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chat_prediction():
+    return api.predict("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8)
+
+
+def test_best_point_is_the_argmax_of_the_evaluated_grid(chat_prediction):
+    pred = chat_prediction
+    best = max(float(np.max(r.score)) for r in pred.results)
+    assert pred.metrics["tokens_per_s_per_accelerator"] == pytest.approx(best, rel=1e-12)
+    i, j = pred.index
+    assert pred.result.metrics_at(i, j) == pred.metrics
+
+
+def test_explain_prices_exactly_the_predicted_step(chat_prediction):
+    rows = api.explain(chat_prediction)
+    assert sum(r["time_s"] for r in rows) == pytest.approx(chat_prediction.breakdown["step_s"], rel=1e-9)
+    assert all(r["time_s"] > 0 for r in rows)
+
+
+def test_pareto_points_are_non_dominated_and_flag_limits(chat_prediction):
+    from infersim.pareto import frontier_points
+
+    pts = frontier_points(chat_prediction)
+    assert len(pts) >= 3
+    users = [p["tokens_per_s_per_user"] for p in pts]
+    accs = [p["tokens_per_s_per_accelerator"] for p in pts]
+    assert users == sorted(users) and accs == sorted(accs, reverse=True)
+    assert any(p["meets_limits"] for p in pts) and all("tpot_p99_s" in p for p in pts)
+    assert max(p["tokens_per_s_per_accelerator"] for p in pts if p["meets_limits"]) <= accs[0] + 1e-9
+
+
+def test_ablation_skips_levers_that_cannot_act_and_says_why():
+    """Issue 14's reproducer: llama3.1-405b has no MTP heads and no experts."""
+    from infersim.ablation import round_waterfall
+
+    ab = round_waterfall("b300", None, "mlperf-llama3.1-405b-interactive", 8, from_round="v5.1", to_round="v6.0")
+    steps = [r["step"] for r in ab.rows]
+    assert not any("mtp" in s or "wide_ep" in s or "attention_dp" in s for s in steps)
+    assert "MTP" in ab.skipped["mtp"] or "multi-token" in ab.skipped["mtp"]
+    assert "mixture-of-experts" in ab.skipped["wide_ep"]
+
+
+def test_set_fixes_the_mtp_depth_exactly():
+    """Issue 14's reproducer: --set mtp.depth=3 must mean 3, not 'at most 3'."""
+    query = Query.build("b200", None, "mlperf-deepseek-r1-interactive", 8, enable=["mtp"], params={"mtp": {"depth": 3}})
+    depths = {r.plan.serving.draft_depth for r in api.evaluate(query)}
+    assert depths == {3}
+    free = Query.build("b200", None, "mlperf-deepseek-r1-interactive", 8, enable=["mtp"])
+    assert {r.plan.serving.draft_depth for r in api.evaluate(free)} == {1, 2, 3}
+
+
+def test_run_json_and_explain_through_the_cli(runner):
+    from infersim.cli import app
+
+    r = runner.invoke(app, ["run", "-H", "h100-sxm", "-m", "llama3.1-8b", "-s", "mlperf-llama3.1-8b-offline", "-n", "1",
+                            "--format", "json", "--explain"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["feasible"] and d["explain"] and d["tokens_per_s"] > 0
+    assert sum(x["time_s"] for x in d["explain"]) == pytest.approx(d["breakdown"]["step_s"], rel=1e-9)
+
+
+def test_pareto_and_ablate_through_the_cli(runner):
+    from infersim.cli import app
+
+    r = runner.invoke(app, ["pareto", "-H", "h100-sxm", "-m", "llama3.1-8b", "-s", "mlperf-llama3.1-8b-server", "-n",
+                            "1", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[0]["tokens_per_s_per_user"] > 0
+    r = runner.invoke(app, ["ablate", "-H", "h100-sxm", "-m", "llama3.1-8b", "-s", "mlperf-llama3.1-8b-server", "-n",
+                            "1", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["waterfall"][0]["step"].startswith("baseline") and "attention_dp" in d["skipped"]
