@@ -15,7 +15,7 @@ from .errors import InfeasibleError, Reason, SpecError
 from .graph import resolve_formats
 from .grid import Result
 from .plan import Plan, SearchSpace, Serving
-from .query import Inputs, LayoutRequest, Query, Software, default_accelerators, load_inputs
+from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, load_inputs
 from .serving import WorkloadStats
 
 
@@ -36,9 +36,9 @@ def parse_param_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
 def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest) -> Plan:
     """The plan before optimizations: specs, formats, the round's maturity, the search space."""
     hw, sc = inputs.hardware, inputs.scenario
-    fixed = {k: ((getattr(layout, k),) if getattr(layout, k) is not None else None) for k in ("tp", "pp", "ep", "dp")}
-    space = SearchSpace(**fixed, batch=(layout.batch,) if layout.batch is not None else None, max_batch=sc.max_batch,
-                        attention_dp=layout.dp is not None and layout.dp > 1)
+    fixed = {k: axis_values(getattr(layout, k)) for k in ("tp", "pp", "ep", "dp")}
+    space = SearchSpace(**fixed, batch=axis_values(layout.batch), max_batch=sc.max_batch,
+                        attention_dp=any(d > 1 for d in fixed["dp"] or ()))
     preset = software.preset
     return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw), search=space,
                 serving=Serving(prefix_share=sc.workload.prefix_share_fraction),

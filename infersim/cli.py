@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, cli_products
 from .errors import InfeasibleError, SpecError
 from .specs import catalog
 from .specs._base import read_yaml
@@ -521,6 +521,52 @@ def calibrate_cmd(
     if out is not None or in_place:
         for path in calibration.write(res, None if in_place else out, in_place=in_place):
             typer.echo(f"wrote {path}", err=True)
+
+
+# ---- sweep and plan: bodies in cli_products, rendering here ---------------------------------------
+app.command("sweep")(handle_errors(cli_products.sweep_cmd))
+
+
+@app.command("plan")
+@handle_errors
+@functools.wraps(cli_products.plan_cmd)
+def plan_cmd(**kwargs) -> None:
+    from . import report
+
+    rows = cli_products.plan_cmd(**kwargs)
+    fmt, out = kwargs["fmt"], kwargs["out"]
+    if fmt == "json":
+        typer.echo(report.to_json(rows))
+    elif fmt == "csv":
+        typer.echo(_rows_csv([_flat(r) for r in rows]).rstrip("\n"))
+    else:
+        cols = ("hardware", "accelerators", "domains", "layout", "capacity tokens/s", "headroom %", "TTFT p99 ms",
+                "TPOT p99 ms", "$/hour", "$/month", "$/M out", "$/M blended")
+        table_rows = []
+        for r in rows:
+            if not r["feasible"]:
+                table_rows.append((r["hardware"], None, None, r["reason"], *([None] * 8)))
+                continue
+            lay = r["layout"]
+            table_rows.append((r["hardware"], r["accelerators"], r["scale_up_domains"],
+                               f"tp{lay['tp']} pp{lay['pp']} ep{lay['ep']} dp{lay['dp']} ×{lay['replicas']}",
+                               r["capacity_tokens_per_s"], 100 * r["headroom"], 1e3 * r["ttft_s"], 1e3 * r["tpot_s"],
+                               r["usd_per_hour"], r["usd_per_month"], r["usd_per_million_tokens"],
+                               r["usd_per_million_blended_tokens"]))
+        _console().print(_table("capacity plan (cheapest first)", cols, table_rows))
+    if out is not None:
+        report.write_atomic(out, report.to_json(rows) if out.suffix == ".json" else _rows_csv([_flat(r) for r in rows]))
+    if not any(r["feasible"] for r in rows):
+        raise InfeasibleError("no candidate meets the target within the limits: "
+                              + "; ".join(f"{r['hardware']}: {r['reason']}" for r in rows))
+
+
+def _flat(row: dict) -> dict:
+    """A plan row with its nested layout flattened into columns (for CSV)."""
+    flat = {k: v for k, v in row.items() if not isinstance(v, (dict, list))}
+    flat.update({f"layout_{k}": v for k, v in row.get("layout", {}).items()})
+    flat["optimizations"] = ",".join(row.get("optimizations", []))
+    return flat
 
 
 def main() -> None:

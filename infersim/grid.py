@@ -86,7 +86,9 @@ class Result:
     serving : per-instance serving figures (seconds, tokens/s).
     ok, reason : feasibility mask and ``Reason`` code per point (limits applied).
     ok_capacity : feasible before latency limits (the Pareto frontier's domain).
-    metrics : contract metrics per point (``METRICS``), 0 tokens/s where infeasible.
+    metrics : contract metrics per point (``METRICS``): what a point delivers where it fits in
+        memory (``ok_capacity``), whether or not it meets the limits (``ok``); 0 tokens/s where
+        it does not fit.
     max_batch : largest batch the memory allows per instance.
     pools : disaggregated only: prefill accelerators per decode instance and related arrays.
     """

@@ -68,24 +68,35 @@ def default_accelerators(hw: HardwareSpec) -> int:
     return d if d <= 72 else 8
 
 
+Axis = int | tuple[int, ...] | None
+
+
+def axis_values(value) -> tuple | None:
+    """A fixed axis as a tuple of values (a scalar is a one-value axis; None: searched)."""
+    if value is None:
+        return None
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
 @dataclass(frozen=True)
 class LayoutRequest:
-    """Layout axes the user fixed (None: searched)."""
+    """Layout axes the user fixed: one value, several values (a sweep), or None (searched)."""
 
-    tp: int | None = None
-    pp: int | None = None
-    ep: int | None = None
-    dp: int | None = None
-    batch: float | None = None
+    tp: Axis = None
+    pp: Axis = None
+    ep: Axis = None
+    dp: Axis = None
+    batch: float | tuple[float, ...] | None = None
     """Decode sequences per instance."""
 
     def check(self, accelerators: int) -> None:
         for name in ("tp", "ep", "dp", "pp"):
-            v = getattr(self, name)
-            if v is not None and not 1 <= v <= accelerators:
-                raise SpecError(f"--{name} must be in [1, accelerators={accelerators}] (got {v})")
-        if self.batch is not None and not 1 <= self.batch <= 1e6:
-            raise SpecError(f"--batch must be in [1, 1e6] sequences (got {self.batch})")
+            for v in axis_values(getattr(self, name)) or ():
+                if not 1 <= v <= accelerators:
+                    raise SpecError(f"--{name} must be in [1, accelerators={accelerators}] (got {v})")
+        for b in axis_values(self.batch) or ():
+            if not 1 <= b <= 1e6:
+                raise SpecError(f"--batch must be in [1, 1e6] sequences (got {b})")
 
 
 @dataclass(frozen=True)

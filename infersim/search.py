@@ -61,7 +61,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         else:
             res = serving.server(plan, layout, batch, stats, percentile=scenario.slo.percentile, workers=workers)
         ok, reason = grid.apply_limits(ok, reason, res, scenario)
-        per_instance = np.where(ok, res.tokens_per_s, 0.0)
+        # what each memory-feasible point delivers; ``ok`` says whether it also meets the limits
+        per_instance = np.where(ok_capacity, np.nan_to_num(res.tokens_per_s, nan=0.0, posinf=0.0), 0.0)
         if pools:  # disaggregated: the pools share the accelerators continuously (rate matched)
             system = per_instance / size * accelerators
         else:  # aggregated: whole instances only

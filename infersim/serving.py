@@ -184,15 +184,52 @@ def gamma_cdf(x, mean, var):
     return _norm_cdf((np.cbrt(np.maximum(x, 0.0) / mean) - (1.0 - c)) / np.sqrt(c))
 
 
-def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 50):
-    """q-quantile of w1·Gamma(m1, v1) + w2·Gamma(m2, v2) (means, variances; broadcasts) by bisection."""
-    lo = np.zeros(np.broadcast(w1, m1, v1, w2, m2, v2).shape)
-    hi = lo + np.maximum(m1 + 12.0 * np.sqrt(v1), m2 + 12.0 * np.sqrt(v2))
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        below = w1 * gamma_cdf(mid, m1, v1) + w2 * gamma_cdf(mid, m2, v2) < q
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    return 0.5 * (lo + hi)
+def _wilson_hilferty(mean, var):
+    """(a, b) with P(X ≤ u³) ≈ Φ(a·u + b) for a gamma of ``mean`` and ``var`` (Wilson-Hilferty)."""
+    mean = np.maximum(mean, 1e-30)
+    c = np.maximum(var, 1e-30 * mean * mean) / (9.0 * mean * mean)
+    root = np.sqrt(c)
+    return 1.0 / (np.cbrt(mean) * root), -(1.0 - c) / root
+
+
+def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
+    """q-quantile of w1·Gamma(m1, v1) + w2·Gamma(m2, v2) (means, variances; broadcasts).
+
+    Notes
+    -----
+    In u = x^(1/3) each Wilson-Hilferty component is Φ(a·u + b), so the mixture CDF is smooth and
+    increasing in u. The root lies between the components' own q-quantiles (the mixture CDF is a
+    convex combination of theirs), which brackets it tightly; safeguarded Newton steps (the
+    rtsafe rule) refine it. Where the second weight is below 1e-9 the first component's
+    quantile is already the root to that probability, and no iteration is spent.
+    """
+    a1, b1 = _wilson_hilferty(m1, v1)
+    a2, b2 = _wilson_hilferty(m2, v2)
+    z_q = NormalDist().inv_cdf(q)
+    w1, w2, a1, b1, a2, b2 = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
+    u1, u2 = np.maximum((z_q - b1) / a1, 0.0), np.maximum((z_q - b2) / a2, 0.0)
+    out = u1.copy()
+    mixed = w2 > 1e-9
+    if np.any(mixed):
+        w1, w2, a1, b1, a2, b2, u1, u2 = (x[mixed] for x in (w1, w2, a1, b1, a2, b2, u1, u2))
+        lo, hi = np.minimum(u1, u2), np.maximum(u1, u2)
+        u = np.where(w1 >= w2, u1, u2)
+        inv_sqrt_2pi = 1.0 / math.sqrt(2.0 * math.pi)
+        step_old = step = hi - lo
+        for _ in range(iters):
+            z1, z2 = a1 * u + b1, a2 * u + b2
+            f = w1 * _norm_cdf(z1) + w2 * _norm_cdf(z2) - q
+            below = f < 0
+            lo, hi = np.where(below, u, lo), np.where(below, hi, u)
+            slope = inv_sqrt_2pi * (w1 * a1 * np.exp(-0.5 * z1 * z1) + w2 * a2 * np.exp(-0.5 * z2 * z2))
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                newton = u - f / slope
+            # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step
+            bisect = ~((newton > lo) & (newton < hi)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
+            step_old, step = step, np.where(bisect, 0.5 * (hi - lo), np.abs(u - newton))
+            u = np.where(bisect, 0.5 * (lo + hi), newton)
+        out[mixed] = u
+    return out ** 3
 
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,

@@ -7,7 +7,7 @@ PKG = Path(__file__).resolve().parent.parent / "infersim"
 
 ORDER = ["units", "errors", "specs", "graph", "roofline", "comm", "plan", "parallel", "engine", "optimizations",
          "query", "serving", "disagg_eval", "tco", "grid", "search", "report", "api", "pareto", "ablation", "des", "validation",
-         "calibration", "cli", "__main__", "__init__"]
+         "calibration", "capacity", "sweep", "cli_products", "cli", "__main__", "__init__"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 
 

@@ -167,7 +167,8 @@ def test_search_points_feasible_iff_reason_zero(plan, scenario_id, accelerators,
     ok, reason = grid.ok, np.broadcast_to(grid.reason, grid.ok.shape)
     np.testing.assert_array_equal(ok, reason == Reason.NONE)
     assert set(np.unique(reason)) <= {int(r) for r in Reason}
-    assert np.all(grid.metrics["tokens_per_s_per_accelerator"][~ok] == 0)
+    assert np.all(grid.metrics["tokens_per_s_per_accelerator"][~grid.ok_capacity] == 0)
+    assert not np.any(ok & ~grid.ok_capacity)
     assert np.all(np.isfinite(grid.metrics["tokens_per_s_per_accelerator"][ok])) and np.all(grid.metrics["tokens_per_s_per_accelerator"][ok] > 0)
     assert sum(grid.reasons().values()) == int(np.sum(~ok))
 

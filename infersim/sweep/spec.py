@@ -1,0 +1,144 @@
+"""A sweep: named axes (the spec's own field names) whose product is the grid.
+
+Categorical axes (hardware, model, scenario, accelerators, round, isl, osl, optimization
+toggles, price) form *cells*, evaluated one at a time; inside a cell the numeric axes (tp, pp,
+ep, dp, batch) are numpy arrays, so a cell is a handful of array expressions however many
+points it holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ..specs._base import Spec, load_spec
+
+Keep = Literal["best", "pareto", "all"]
+
+
+class BatchRange(Spec):
+    """A batch axis written as a range: ``start`` to ``stop`` (inclusive) in ``num`` steps."""
+
+    start: float = Field(ge=1, le=1e6)
+    """Smallest decode batch per instance, sequences."""
+    stop: float = Field(ge=1, le=1e6)
+    """Largest decode batch per instance, sequences."""
+    num: int = Field(ge=1, le=1_000_000)
+    """Number of values on the axis."""
+    spacing: Literal["linear", "geometric"] = "geometric"
+    """Spacing of the values (rounded to whole sequences; duplicates dropped)."""
+
+    @model_validator(mode="after")
+    def _order(self):
+        if self.stop < self.start:
+            raise ValueError("stop: must be >= start")
+        return self
+
+    def values(self) -> tuple[float, ...]:
+        import numpy as np
+
+        space = np.geomspace if self.spacing == "geometric" else np.linspace
+        return tuple(float(v) for v in np.unique(np.round(space(self.start, self.stop, self.num))))
+
+
+class SweepSpec(Spec):
+    """The axes of a sweep. Lists are axes; a missing layout axis is searched over every layout
+    the hardware allows; a missing batch axis uses the search's geometric 1-16384 axis."""
+
+    hardware: list[str] = Field(min_length=1)
+    """Hardware profile IDs or files."""
+    model: list[str | None] = Field(default_factory=lambda: [None])
+    """Model profile IDs or files (default: each scenario's model)."""
+    scenario: list[str] = Field(min_length=1)
+    """Scenario IDs or files."""
+    accelerators: list[int | None] = Field(default_factory=lambda: [None])
+    """Accelerators in the system (default: one scale-up domain)."""
+    round: list[str | None] = Field(default_factory=lambda: [None])
+    """MLPerf round presets (default: the latest)."""
+    isl: list[float | None] = Field(default_factory=lambda: [None])
+    """Mean input lengths, tokens (default: the scenario's distribution)."""
+    osl: list[float | None] = Field(default_factory=lambda: [None])
+    """Mean output lengths, tokens (default: the scenario's distribution)."""
+    optimizations: list[list[str]] = Field(default_factory=lambda: [[]])
+    """Optimization sets to force on, one cell each (each list is --enable'd; the round's choices
+    are still searched)."""
+    disable: list[str] = Field(default_factory=list)
+    """Optimizations turned off in every cell."""
+    price_per_hour: list[float | None] = Field(default_factory=lambda: [None])
+    """US$ per accelerator-hour (default: the hardware profile's price)."""
+    tp: list[int] | None = None
+    """Tensor-parallel sizes to try (default: searched)."""
+    pp: list[int] | None = None
+    """Pipeline stages to try (default: searched)."""
+    ep: list[int] | None = None
+    """Expert-parallel sizes to try (default: searched)."""
+    dp: list[int] | None = None
+    """Attention data-parallel sizes to try (default: searched)."""
+    batch: list[float] | BatchRange | None = None
+    """Decode batch per instance: a list or a range (default: geometric 1-16384)."""
+    keep: Keep = "all"
+    """Rows written per cell: every point, the best meeting the limits, or the Pareto frontier."""
+
+    @model_validator(mode="after")
+    def _check(self):
+        for name in ("tp", "pp", "ep", "dp"):
+            values = getattr(self, name)
+            if values is not None and (not values or any(v < 1 for v in values)):
+                raise ValueError(f"{name}: must be a non-empty list of integers >= 1")
+        if isinstance(self.batch, list) and (not self.batch or any(not 1 <= b <= 1e6 for b in self.batch)):
+            raise ValueError("batch: must be a non-empty list of values in [1, 1e6] sequences")
+        for name in ("accelerators",):
+            if any(v is not None and not 1 <= v <= 1_000_000 for v in getattr(self, name)):
+                raise ValueError(f"{name}: values must be in [1, 1e6]")
+        for name in ("isl", "osl"):
+            if any(v is not None and not 0 < v <= 1e7 for v in getattr(self, name)):
+                raise ValueError(f"{name}: values must be in (0, 1e7] tokens")
+        if any(v is not None and v < 0 for v in self.price_per_hour):
+            raise ValueError("price_per_hour: values must be >= 0 US$")
+        return self
+
+    def batch_values(self) -> tuple[float, ...] | None:
+        if self.batch is None:
+            return None
+        return self.batch.values() if isinstance(self.batch, BatchRange) else tuple(float(b) for b in self.batch)
+
+    def cells(self) -> list["Cell"]:
+        """Every combination of the categorical axes, in a fixed order."""
+        layout = {k: (tuple(getattr(self, k)) if getattr(self, k) is not None else None) for k in ("tp", "pp", "ep", "dp")}
+        batch = self.batch_values()
+        out = []
+        for hw, md, sc, n, rnd, isl, osl, on, price in itertools.product(
+                self.hardware, self.model, self.scenario, self.accelerators, self.round, self.isl, self.osl,
+                self.optimizations, self.price_per_hour):
+            out.append(Cell(hw, md, sc, n, rnd, isl, osl, tuple(on), tuple(self.disable), price, layout["tp"],
+                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep))
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of categorical axes; its numeric axes are evaluated as arrays."""
+
+    hardware: str
+    model: str | None
+    scenario: str
+    accelerators: int | None
+    round: str | None
+    isl: float | None
+    osl: float | None
+    enable: tuple[str, ...]
+    disable: tuple[str, ...]
+    price_per_hour: float | None
+    tp: tuple[int, ...] | None
+    pp: tuple[int, ...] | None
+    ep: tuple[int, ...] | None
+    dp: tuple[int, ...] | None
+    batch: tuple[float, ...] | None
+    keep: Keep
+
+
+def load_sweep(path) -> SweepSpec:
+    return load_spec(SweepSpec, path)

@@ -1,0 +1,111 @@
+"""Sweeps (named axes → streamed rows) and capacity planning."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from infersim import api
+from infersim.cli import app
+from infersim.errors import Reason, SpecError
+from infersim.sweep import BatchRange, SweepSpec, run
+from infersim.sweep.cells import COLUMNS
+
+SMALL = dict(hardware=["h100-sxm", "h200-sxm"], model=["llama3.1-8b"], scenario=["mlperf-llama3.1-8b-server"],
+             accelerators=[2], tp=[1, 2], batch=[1.0, 16.0, 256.0])
+
+
+def test_every_point_has_every_contract_column_and_the_same_numbers_as_the_evaluation():
+    summary, table = run(SweepSpec(**SMALL), workers=1, collect=True)
+    assert summary.cells == 2 and table.num_rows == summary.rows == summary.points
+    assert table.schema.names == list(COLUMNS)
+    rows = table.to_pylist()
+    for r in rows[:6]:
+        alone = api.predict(r["hardware"], "llama3.1-8b", "mlperf-llama3.1-8b-server", 2, tp=r["tp"], pp=r["pp"],
+                            batch=r["batch"], enable=r["optimizations"].split(",") if r["optimizations"] else [],
+                            disable=[k for k in ("disagg", "kv_routing", "mtp") if k not in r["optimizations"]])
+        assert alone.feasible == r["feasible"]
+        if r["feasible"]:
+            assert alone.metrics["tokens_per_s"] == pytest.approx(r["tokens_per_s"], rel=1e-9)
+            assert alone.metrics["ttft_s"] == pytest.approx(r["ttft_s"], rel=1e-9)
+        else:
+            assert Reason(r["reason"]) != Reason.NONE
+
+
+def test_keep_best_is_the_prediction_and_pareto_is_non_dominated():
+    spec = SweepSpec(**{**SMALL, "tp": None, "batch": None})
+    _, best = run(spec.model_copy(update={"keep": "best"}), workers=1, collect=True)
+    for r in best.to_pylist():
+        pred = api.predict(r["hardware"], "llama3.1-8b", "mlperf-llama3.1-8b-server", 2)
+        assert r["tokens_per_s_per_accelerator"] == pytest.approx(pred.metrics["tokens_per_s_per_accelerator"], rel=1e-9)
+    _, front = run(spec.model_copy(update={"keep": "pareto"}), workers=1, collect=True)
+    cols = front.to_pydict()
+    for hw in set(cols["hardware"]):
+        pts = [(u, a) for h, u, a in zip(cols["hardware"], cols["tokens_per_s_per_user"],
+                                         cols["tokens_per_s_per_accelerator"]) if h == hw]
+        assert len(pts) >= 2
+        for u, a in pts:  # nobody beats a frontier point on both axes
+            assert not any(u2 > u and a2 > a for u2, a2 in pts)
+
+
+def test_streams_to_parquet_and_csv_atomically(tmp_path):
+    spec = SweepSpec(**SMALL)
+    s1, _ = run(spec, tmp_path / "a.parquet", workers=2)
+    s2, _ = run(spec, tmp_path / "a.csv", workers=1)
+    t = pq.read_table(tmp_path / "a.parquet")
+    assert t.num_rows == s1.rows == s2.rows
+    assert (tmp_path / "a.csv").read_text().splitlines()[0].replace('"', "").split(",") == list(COLUMNS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.parquet"]  # no temporaries left
+    with pytest.raises(SpecError):
+        run(spec, tmp_path / "a.txt", workers=1)
+
+
+def test_a_local_dask_cluster_gives_identical_rows():
+    distributed = pytest.importorskip("distributed")
+    spec = SweepSpec(**SMALL)
+    _, local = run(spec, workers=1, collect=True)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        with distributed.Client(cluster) as client:
+            _, remote = run(spec, scheduler=client, collect=True)
+    assert remote.equals(local)
+
+
+def test_batch_range_and_bad_axes():
+    assert BatchRange(start=1, stop=8, num=4, spacing="linear").values() == (1.0, 3.0, 6.0, 8.0)
+    with pytest.raises(Exception):
+        SweepSpec(hardware=["b200"], scenario=["chat-1k-1k"], tp=[0])
+
+
+def test_sweep_cli_writes_parquet_and_reports(runner, tmp_path):
+    out = tmp_path / "s.parquet"
+    r = runner.invoke(app, ["sweep", "-H", "h100-sxm", "-m", "llama3.1-8b", "-s", "mlperf-llama3.1-8b-offline", "-n",
+                            "1,2", "--batch", "1:64:4", "--keep", "best", "--out", str(out), "--json", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["cells"] == 2 and d["rows"] == 2 and pq.read_table(out).num_rows == 2
+    bad = runner.invoke(app, ["sweep", "-H", "h100-sxm", "-s", "chat-1k-1k", "--tp", "one"])
+    assert bad.exit_code == 2 and "--tp" in bad.output
+
+
+def test_plan_cheapest_first_with_cost_and_layout(runner):
+    r = runner.invoke(app, ["plan", "--model", "llama3.1-70b", "--scenario", "chat-1k-1k", "--target-tokens-per-s",
+                            "50000", "--hardware", "h200-sxm,b200,mi325x", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [x["hardware"] for x in rows] and all(x["feasible"] for x in rows)
+    costs = [x["usd_per_month"] for x in rows]
+    assert costs == sorted(costs)
+    for x in rows:
+        assert x["capacity_tokens_per_s"] >= 50000 and x["headroom"] >= 0
+        assert {"tp", "pp", "ep", "dp", "replicas"} <= set(x["layout"]) and x["usd_per_million_tokens"] > 0
+        # one accelerator fewer does not meet the target (the count is the fewest)
+        fewer = api.predict(x["hardware"], "llama3.1-70b", "chat-1k-1k", x["accelerators"] - 1)
+        assert not fewer.feasible or fewer.metrics["tokens_per_s"] < 50000
+
+
+def test_plan_bad_target_is_exit_2(runner):
+    r = runner.invoke(app, ["plan", "-s", "chat-1k-1k", "-m", "llama3.1-8b", "-H", "b200", "--target-tokens-per-s", "-5"])
+    assert r.exit_code == 2
