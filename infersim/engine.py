@@ -57,7 +57,10 @@ def moe_imbalance(plan: Plan, layout: Layout, tokens):
     experts_per_rank = moe.n_routed_experts / ep
     skew = plan.moe_popularity_cv * (1 - plan.eplb_efficiency) * np.sqrt(2 * np.log(np.maximum(ep, 1))) / np.sqrt(experts_per_rank)
     noise = plan.moe_imbalance_noise * np.sqrt(ep / np.maximum(tokens * moe.top_k, 1.0))
-    return np.where(ep > 1, np.minimum(1.0 + skew + noise, ep), 1.0)  # the busiest rank holds at most all
+    # ep not dividing E: ranks hold ⌈E/ep⌉ or ⌊E/ep⌋ experts; the balancer fills the spare slots with
+    # copies of hot experts, removing the same share e_eplb of this placement skew
+    uneven = 1.0 + (np.ceil(experts_per_rank - 1e-9) / experts_per_rank - 1.0) * (1 - plan.eplb_efficiency)
+    return np.where(ep > 1, np.minimum((1.0 + skew + noise) * uneven, ep), 1.0)  # the busiest rank holds at most all
 
 
 @dataclass

@@ -108,10 +108,11 @@ HIDDEN_BYTES = 2.0
 class Layout:
     """Parallel layout of one serving instance (a model replica), arrays broadcastable.
 
-    tp: tensor-parallel ranks per pipeline stage; pp: pipeline stages; ep: expert-parallel ranks
-    (divides tp; experts' intermediate dims split by tp/ep); dp: attention data parallelism
-    inside the tp group (divides tp; attention runs with tp/dp head shards on 1/dp of the
-    sequences). An instance occupies tp*pp accelerators.
+    tp: GPUs per pipeline stage; pp: pipeline stages. Over the same tp GPUs, attention runs
+    attention-TP (tp/dp head shards) × attention-DP (dp groups, each on 1/dp of the sequences)
+    and MoE layers run expert-parallel ep × expert-TP tp/ep (experts' intermediate dims split
+    tp/ep ways). dp and ep divide tp and are otherwise independent (any divisors, not only
+    powers of two). An instance occupies tp*pp accelerators.
     """
 
     tp: ArrayLike = 1
@@ -368,29 +369,43 @@ def expected_experts_touched(n_experts, top_k, tokens):
     return n_experts * (1.0 - np.power(1.0 - top_k / n_experts, tokens))
 
 
+def distinct_groups(groups, top_k):
+    """Expected distinct EP ranks a token's top-k experts land on (uniform routing):
+    ep·(1 − (1 − 1/ep)^k), at most min(k, ep). Dispatch sends a token once per destination rank
+    (DeepEP-style deduplication)."""
+    g = np.maximum(np.asarray(groups, dtype=float), 1.0)
+    return g * (1.0 - np.power(1.0 - 1.0 / g, top_k))
+
+
 def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers, imbalance=1.0,
             dispatch_bytes: float | None = None) -> list[Op]:
-    """Router, routed experts as grouped GEMMs, shared experts, and EP dispatch/combine.
+    """Router, routed experts as grouped GEMMs, shared experts, EP dispatch/combine, expert-TP reduce.
 
     Notes
     -----
-    Tokens of the instance step (T) are spread over tp ranks; each makes top_k expert
-    assignments. An EP rank hosts E/ep experts, each split tp/ep ways. Per device:
-    assignments = T·k/ep·imbalance; FLOPs = 2·assignments·3·h·I_e/(tp/ep); weights read are the
-    experts touched on this rank: (E/ep)·(1−(1−k/E)^T)·3·h·I_e/(tp/ep)·bytes. Dispatch and
-    combine are all-to-alls of (T/tp)·k·h elements per rank over the ep group.
+    Tokens of the instance step (T) are spread over the tp ranks; each makes top_k expert
+    assignments. An EP rank hosts ⌈E/ep⌉ expert slots (spares hold redundant copies), each expert
+    split tp/ep ways (expert TP). Per device: assignments = T·k/ep·imbalance;
+    FLOPs = 2·assignments·3·h·I_e/(tp/ep); weights read are the slots touched on this rank:
+    ⌈E/ep⌉·(1−(1−k/E)^T)·3·h·I_e/(tp/ep)·bytes. Dispatch and combine are all-to-alls over the
+    ep group of (T/tp)·g·h elements per rank, g = distinct destination ranks per token. The
+    expert-TP shards each hold a partial sum of every token their EP group received, so the
+    reduction (all-gather in + reduce-scatter out ≈ one all-reduce) carries those
+    T·g/ep·imbalance tokens, not 1/tp of them: with ep = 1 it is all T tokens of the step.
     """
     moe = model.moe
     h, E, k, inter = model.hidden_size, moe.n_routed_experts, moe.top_k, moe.expert_intermediate_size
     T = shape.new_tokens
     t_rank = T / layout.tp
     assignments = T * k / layout.ep * imbalance
-    experts_here = expected_experts_touched(E, k, T) / layout.ep
+    slots = np.ceil(E / np.asarray(layout.ep, dtype=float) - 1e-9)
+    experts_here = expected_experts_touched(E, k, T) / E * slots
     per_expert_m = assignments / np.maximum(experts_here, 1e-12)  # rows per touched expert on this rank
     mt = layout.moe_tp
     w_expert = 3.0 * h * inter / mt * fmt.wb
     a = layout.attn_tp
     t_attn = shape.attention_tokens(layout)
+    g = np.minimum(distinct_groups(layout.ep, k), k)
     ops = [
         gemm("router", t_attn, E, h, layers, fmt, "moe"),
         gemm("experts_gate_up", assignments, 2 * inter / mt, h, layers, fmt, "moe",
@@ -406,11 +421,11 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
             gemm("shared_down", t_attn, h, s_inter / a, layers, fmt, "moe"),
         ]
     disp = fmt.ab if dispatch_bytes is None else dispatch_bytes
+    group_tokens = np.minimum(T * g / layout.ep * imbalance, T)
     ops += [
-        collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * k * h * disp, layout.ep, layers, "moe"),
-        collective("moe_combine", Collective.ALL_TO_ALL, t_rank * k * h * HIDDEN_BYTES, layout.ep, layers, "moe"),
-        # with expert-internal TP (tp/ep > 1) partial sums are reduced across the expert shards
-        collective("moe_tp_all_reduce", Collective.ALL_REDUCE, t_rank * h * HIDDEN_BYTES, mt, layers, "moe"),
+        collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * g * h * disp, layout.ep, layers, "moe"),
+        collective("moe_combine", Collective.ALL_TO_ALL, t_rank * g * h * HIDDEN_BYTES, layout.ep, layers, "moe"),
+        collective("moe_tp_all_reduce", Collective.ALL_REDUCE, group_tokens * h * HIDDEN_BYTES, mt, layers, "moe"),
     ]
     return ops
 

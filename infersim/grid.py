@@ -154,6 +154,8 @@ class Result:
                                   "optimizations": list(plan.applied), "mtp_depth": plan.serving.draft_depth,
                                   "tokens_per_step": plan.serving.tokens_per_step,
                                   "disaggregated": plan.serving.disaggregated}
+        if not self.pools:  # aggregated: whole instances, the leftover accelerators idle
+            config["idle_accelerators"] = self.accelerators - size * (self.accelerators // size)
         if "prefill_accelerators_per_decode_instance" in self.pools:
             p = self._at(self.pools["prefill_accelerators_per_decode_instance"], i, j)
             share = p / (p + size)

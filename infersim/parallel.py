@@ -1,7 +1,10 @@
 """Parallel layouts: candidate (tp, pp, ep, dp) tuples, divisibility masks and memory per device.
 
-Weights shard by attention-TP (attention, dense MLP, shared experts), by tp = ep·(tp/ep) for
-routed experts, and by pp over layers. The KV cache of a sequence lives on the attention rank
+An instance is tp GPUs per stage × pp stages. Attention runs attention-TP (tp/dp) × attention-DP
+(dp) over the tp GPUs, MoE layers expert-parallel (ep) × expert-TP (tp/ep) over the same GPUs,
+as in TensorRT-LLM / SGLang (DEP16 = tp 16, dp 16, ep 16). Weights shard by attention-TP
+(attention, dense MLP, shared experts), by ⌈E/ep⌉ expert slots / expert-TP for routed experts,
+and by pp over layers. The KV cache of a sequence lives on the attention rank
 that serves it; GQA heads split over attention-TP (replicated below n_kv_heads), the MLA latent
 does not split. Usable memory = capacity − reserve − weights − activations, times kv_fraction.
 """
@@ -24,11 +27,12 @@ def weight_bytes_per_device(model: ModelSpec, layout: Layout, fmt: Formats):
 
     Notes
     -----
-    (non-expert linear / attn_tp + routed experts / tp) · weight bytes / pp
+    (non-expert linear / attn_tp + ⌈E/ep⌉ expert slots per MoE layer / (tp/ep)) · weight bytes / pp
     + embedding and LM head / attn_tp · 2 B (16 bit; with pp > 1 the first stage holds the
     embedding and the last the head, so the larger of the two bounds a device).
     """
-    linear = model.linear_params_non_expert / layout.attn_tp + model.routed_expert_params / layout.tp
+    routed = model.n_moe_layers * expert_slots_per_rank(model, layout) * model.expert_params / layout.moe_tp
+    linear = model.linear_params_non_expert / layout.attn_tp + routed
     # the first stage holds the embedding, the last the LM head; with pp = 1 one device holds both
     tables = np.where(np.asarray(layout.pp) > 1, max(model.embedding_params, model.lm_head_params),
                       model.embedding_params + model.lm_head_params)
@@ -71,38 +75,89 @@ def max_batch(plan: Plan, layout: Layout, context_len, step_tokens):
     return np.maximum(budget, 0.0) / per_seq * layout.dp
 
 
-def _divisors(n: int, options=POWERS_OF_TWO) -> list[int]:
-    return [d for d in options if d <= n and n % d == 0]
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
-def candidate_layouts(plan: Plan, accelerators: int) -> dict[str, np.ndarray]:
-    """All (tp, pp, ep, dp) the search space allows on ``accelerators``, as 1-D arrays.
+def instance_sizes(accelerators: int, domain: int) -> list[int]:
+    """Candidate GPUs per pipeline stage of one instance (the ``tp`` axis), at most ``accelerators``.
 
-    An instance of tp·pp accelerators must divide the count (replicas are whole instances).
-    ep divides tp (MoE only); dp is 1 or tp (attention DP, MoE models when allowed).
+    Powers of two, the divisors of the scale-up domain (NVL72: 9, 18, 36, 72, ...), the divisors
+    of the accelerator count (so a layout can use every GPU), and whole multiples of the domain
+    (several racks as one instance). Sizes that leave GPUs idle are allowed: replicas × size
+    ≤ accelerators.
+    """
+    sizes = {t for t in POWERS_OF_TWO if t <= accelerators}
+    sizes |= {d for d in _divisors(min(domain, 4096)) if d <= accelerators}
+    sizes |= {d for d in _divisors(accelerators) if d <= 4096}
+    sizes |= {domain * m for m in range(1, accelerators // domain + 1)} if domain > 1 and accelerators // domain <= 64 else set()
+    return sorted(sizes)
+
+
+def expert_slots_per_rank(model: ModelSpec, layout: Layout):
+    """Routed-expert slots on one EP rank: ⌈E/ep⌉. When ep does not divide E the spare slots hold
+    redundant copies of popular experts (DeepSeek: 256 experts + 32 redundant over EP144, 2 per
+    GPU; effects.md section 4); 1 for dense models."""
+    if model.moe is None:
+        return np.ones_like(np.asarray(layout.ep, dtype=float))
+    return np.ceil(model.moe.n_routed_experts / np.asarray(layout.ep, dtype=float) - 1e-9)
+
+
+def redundant_experts(model: ModelSpec, layout: Layout):
+    """Slots beyond one copy of each routed expert across the EP group: ep·⌈E/ep⌉ − E."""
+    if model.moe is None:
+        return np.zeros_like(np.asarray(layout.ep, dtype=float))
+    return expert_slots_per_rank(model, layout) * layout.ep - model.moe.n_routed_experts
+
+
+def _feasible_rows(model: ModelSpec, rows: list[tuple], accelerators: int) -> list[tuple]:
+    if not rows:
+        return rows
+    arr = np.array(rows, dtype=float)
+    lay = Layout(tp=arr[:, 0], pp=arr[:, 1], ep=arr[:, 2], dp=arr[:, 3])
+    ok = layout_feasibility(model, lay, accelerators)[0]
+    kept = [r for r, good in zip(rows, ok) if good]
+    return kept or rows  # keep the infeasible ones when nothing is left, so their reasons are reported
+
+
+def candidate_layouts(plan: Plan, accelerators: int, *, fixed: bool = True) -> dict[str, np.ndarray]:
+    """Every (tp, pp, ep, dp) the search space allows on ``accelerators``, as 1-D arrays.
+
+    tp: GPUs per stage of one instance (``instance_sizes``), tp·pp ≤ accelerators (leftover GPUs
+    stay idle). Attention runs tp/dp-way tensor parallel on dp data-parallel groups; MoE layers
+    run ep-way expert parallel × tp/ep-way expert-tensor parallel over the same tp GPUs; dp and
+    ep are any divisors of tp the model's heads, expert widths and ``ep_max`` allow. Pipeline
+    stages are tried with attention DP off or spanning tp. Layouts that
+    fail the divisibility rules are dropped (all are kept when none pass, to report why).
+    ``fixed=False`` ignores the CLI-fixed tp/ep/dp/pp (a disaggregated prefill pool searches
+    its own layouts).
     """
     s: SearchSpace = plan.search
     model = plan.model
     domain = plan.hardware.scale_up.domain_size
-    tps = s.tp or tuple(t for t in POWERS_OF_TWO if t <= accelerators)
-    pps = s.pp or (1, 2, 4, 8)
+    pick = (lambda v: v) if fixed else (lambda v: None)
+    tps = pick(s.tp) or tuple(instance_sizes(accelerators, domain))
+    pps = pick(s.pp) or (1, 2, 4, 8)
     rows = []
     for tp in tps:
-        for pp in pps:
-            if accelerators % (tp * pp):
-                continue
-            if model.is_moe:
-                ep_max = s.ep_max or domain
-                eps = s.ep or tuple(e for e in _divisors(tp) if e <= max(ep_max, 1))
-            else:
-                eps = s.ep or (1,)
-            dps = s.dp or ((1, tp) if (s.attention_dp and model.is_moe and tp > 1) else (1,))
-            for ep in eps:
-                for dp in dps:
+        divs = _divisors(int(tp))
+        if model.is_moe:
+            eps = pick(s.ep) or tuple(e for e in divs if e <= max(s.ep_max, 1))
+            dps = pick(s.dp) or (tuple(divs) if s.attention_dp else (1,))
+        else:
+            eps = pick(s.ep) or (1,)
+            dps = pick(s.dp) or (1,)
+        for dp in dps:
+            for pp in pps:
+                if tp * pp > accelerators or (pp > 1 and 1 < dp < tp and not pick(s.pp)):
+                    continue
+                for ep in eps:
                     rows.append((tp, pp, ep, dp))
+    rows = _feasible_rows(model, sorted(set(rows)), accelerators)
     if not rows:
         return {k: np.zeros(0) for k in ("tp", "pp", "ep", "dp")}
-    arr = np.array(sorted(set(rows)), dtype=float)
+    arr = np.array(rows, dtype=float)
     return {"tp": arr[:, 0], "pp": arr[:, 1], "ep": arr[:, 2], "dp": arr[:, 3]}
 
 
@@ -113,7 +168,13 @@ def layout_axis(layouts: dict[str, np.ndarray]) -> Layout:
 
 
 def layout_feasibility(model: ModelSpec, layout: Layout, accelerators):
-    """Divisibility mask and reason codes for layout arrays."""
+    """Divisibility mask and reason codes for layout arrays.
+
+    dp and ep divide tp; attention TP (tp/dp) divides the query heads (and divides or is a
+    multiple of the KV heads); expert TP (tp/ep) divides the expert width; an instance fits the
+    accelerators (tp·pp ≤ count, leftover GPUs idle). ep need not divide the expert count:
+    ⌈E/ep⌉ slots per rank, the spare ones holding redundant experts.
+    """
     ok = np.ones(np.broadcast(layout.tp, layout.pp, layout.ep, layout.dp).shape, dtype=bool)
     reason = np.zeros(ok.shape, dtype=np.int16)
     att = model.attention
@@ -125,7 +186,16 @@ def layout_feasibility(model: ModelSpec, layout: Layout, accelerators):
         kv = att.n_kv_heads
         ok, reason = require(ok, reason, (np.mod(kv, a) == 0) | (np.mod(a, kv) == 0), Reason.DIVISIBILITY)
     if model.moe:
-        ok, reason = require(ok, reason, np.mod(model.moe.n_routed_experts, layout.ep) == 0, Reason.DIVISIBILITY)
+        ok, reason = require(ok, reason, np.mod(model.moe.expert_intermediate_size, layout.moe_tp) == 0,
+                             Reason.DIVISIBILITY)
+        ok, reason = require(ok, reason, layout.ep <= model.moe.n_routed_experts, Reason.DIVISIBILITY)
+    else:
+        ok, reason = require(ok, reason, np.asarray(layout.ep) == 1, Reason.DIVISIBILITY)
     ok, reason = require(ok, reason, layout.pp <= model.n_layers, Reason.DIVISIBILITY)
-    ok, reason = require(ok, reason, np.mod(accelerators, layout.tp * layout.pp) == 0, Reason.DIVISIBILITY)
+    ok, reason = require(ok, reason, layout.tp * layout.pp <= accelerators, Reason.DIVISIBILITY)
     return ok, reason
+
+
+def replicas(layout: Layout, accelerators):
+    """Whole instances that fit on ``accelerators`` (the rest are idle)."""
+    return np.floor(accelerators / (layout.tp * layout.pp))

@@ -47,7 +47,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     ok_capacity = ok.copy()
     kind = getattr(scenario, "kind", "offline")
     size = layout.tp * layout.pp
-    workers = accelerators / size
+    workers = parallel.replicas(layout, accelerators)
     pools: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if kind != "offline" and plan.serving.disaggregated:
@@ -65,8 +65,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         per_instance = np.where(ok_capacity, np.nan_to_num(res.tokens_per_s, nan=0.0, posinf=0.0), 0.0)
         if pools:  # disaggregated: the pools share the accelerators continuously (rate matched)
             system = per_instance / size * accelerators
-        else:  # aggregated: whole instances only
-            system = per_instance * np.floor(accelerators / size)
+        else:  # aggregated: whole instances only, leftover accelerators idle
+            system = per_instance * workers
     shape = ok.shape
     metrics = grid.contract_metrics(system, res, accelerators, stats, price, shape)
     return Result(layouts=layouts, batch=batch[0], accelerators=accelerators, plan=plan, stats=stats, shape=res.shape,

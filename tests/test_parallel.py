@@ -112,10 +112,46 @@ def test_candidate_layouts_moe_respect_ep_and_dp_rules():
     plan = Plan(hardware=H100, model=R1, formats=FP8, search=SearchSpace(attention_dp=True))
     lay = parallel.candidate_layouts(plan, 16)
     tp, pp, ep, dp = (lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))
-    assert np.all(16 % (tp * pp) == 0)
+    assert np.all(tp * pp <= 16)
     assert np.all(tp % ep == 0) and np.all(ep <= plan.search.ep_max)  # ep divides tp, ≤ one node
-    assert np.all((dp == 1) | (dp == tp))  # attention DP is off or spans the tp group
-    assert {(16, 1, 8, 16), (16, 1, 8, 1), (8, 2, 8, 8), (1, 1, 1, 1)} <= set(zip(tp, pp, ep, dp))
+    assert np.all(tp % dp == 0) and np.all(128 % (tp // dp) == 0)  # attention TP divides the 128 heads
+    assert np.all(2048 % (tp // ep) == 0)  # expert TP divides the expert width
+    # attention TP x DP and expert EP x TP are independent: DEP16 with expert TP2, TP16 attention with
+    # EP8 experts, attention TP8 x DP2 with EP4, pipelined DEP8
+    assert {(16, 1, 8, 16), (16, 1, 8, 1), (16, 1, 4, 2), (8, 2, 8, 8), (1, 1, 1, 1)} <= set(zip(tp, pp, ep, dp))
+
+
+def test_candidate_layouts_on_nvl72_reach_wide_ep_and_non_powers_of_two():
+    # GB300 NVL72, 72 GPUs, EP allowed up to the domain: instances of 9, 18, 36, 72 GPUs exist, EP72
+    # with 256 experts (4 slots per rank, 32 redundant) is a candidate, and so is EP16 on 16 GPUs.
+    plan = Plan(hardware=S.hardware("gb300-nvl72"), model=R1, formats=FP8,
+                search=SearchSpace(attention_dp=True, ep_max=72))
+    lay = parallel.candidate_layouts(plan, 72)
+    rows = set(zip(*(lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))))
+    assert {(72, 1, 72, 72), (16, 1, 16, 16), (36, 1, 36, 36), (72, 1, 36, 72), (9, 1, 9, 9)} <= rows
+    assert {int(t) for t in lay["tp"]} >= {9, 18, 24, 36, 64, 72}
+
+
+def test_instances_need_not_use_every_accelerator():
+    # 9 GPUs: an 8-GPU instance is one replica with one GPU idle; a 9-GPU instance uses all of them
+    lay = Layout(tp=np.array([8.0, 9.0, 4.0, 16.0]))
+    np.testing.assert_array_equal(parallel.replicas(lay, 9), [1, 1, 2, 0])
+    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=8), 9)
+    assert ok and reason == Reason.NONE
+    assert 9 in parallel.instance_sizes(9, 8) and 8 in parallel.instance_sizes(9, 8)
+
+
+def test_redundant_expert_slots():
+    # DeepSeek-R1, 256 experts: EP72 → ⌈256/72⌉ = 4 slots per rank, 72·4 − 256 = 32 redundant (DeepSeek's
+    # EP144 decode: 2 per GPU + 32 redundant, effects.md section 4); EP144 → 2 slots, 32 redundant;
+    # EP16 → 16 slots, none redundant.
+    lay = Layout(tp=np.array([72.0, 144.0, 16.0]), ep=np.array([72.0, 144.0, 16.0]))
+    np.testing.assert_array_equal(parallel.expert_slots_per_rank(R1, lay), [4, 2, 16])
+    np.testing.assert_array_equal(parallel.redundant_experts(R1, lay), [32, 32, 0])
+    # weights per device: 58 MoE layers · 4 slots · 44,040,192 params (3·7168·2048) at 1 B (fp8) on EP72
+    # = 10,217,324,544 B of routed experts, plus the replicated non-expert part (attention DP)
+    got = float(parallel.weight_bytes_per_device(R1, Layout(tp=72, ep=72, dp=72), FP8))
+    assert got == pytest.approx(58 * 4 * 44_040_192 + 15_263_268_864 + 3_706_716_160, rel=1e-12)
 
 
 def test_tp_valid_while_attention_tp_divides_heads():
@@ -138,21 +174,51 @@ def test_kv_head_divisibility_is_checked_separately():
     assert np.all(reason[~ok] == Reason.DIVISIBILITY)
 
 
-def test_ep_not_dividing_experts_is_a_divisibility_reason():
-    # Mixtral: 8 experts, 32 heads / 8 KV heads. tp = 16, ep = 16 → 8 % 16 ≠ 0; ep = 8 is fine.
+def test_expert_tp_and_ep_divisibility():
+    # Mixtral: 8 experts of width 14,336. tp = 16, ep = 16 → more EP ranks than experts; ep = 8 → expert
+    # TP 2 is fine; tp = 4, ep = 8 → ep does not divide tp.
     ok, reason = parallel.layout_feasibility(MIXTRAL, Layout(tp=16, ep=np.array([16.0, 8.0])), 16)
     np.testing.assert_array_equal(ok, [False, True])
     np.testing.assert_array_equal(reason, [Reason.DIVISIBILITY, Reason.NONE])
-    # ep must also divide tp: tp = 4, ep = 8
     ok, reason = parallel.layout_feasibility(MIXTRAL, Layout(tp=4, ep=8), 4)
     assert not ok and reason == Reason.DIVISIBILITY
+    # DeepSeek-R1 expert width 2048: expert TP 9 (tp 72, ep 8) does not divide it; EP 72 without
+    # dividing the 256 experts is fine (redundant slots)
+    ok, _ = parallel.layout_feasibility(R1, Layout(tp=72, dp=72, ep=np.array([8.0, 72.0])), 72)
+    np.testing.assert_array_equal(ok, [False, True])
 
 
-def test_layout_must_divide_accelerators_and_layers():
-    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=4, pp=2), 12)  # 12 % 8 ≠ 0
+def test_layout_must_fit_accelerators_and_layers():
+    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=4, pp=2), 12)  # 8 of 12 used, 4 idle
+    assert ok and reason == Reason.NONE
+    ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=8, pp=2), 12)  # 16 > 12
     assert not ok and reason == Reason.DIVISIBILITY
     ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(pp=64), 64)  # 64 stages > 32 layers
     assert not ok and reason == Reason.DIVISIBILITY
+
+
+def test_expert_tp_reduction_carries_every_token_of_the_expert_group():
+    # DeepSeek-R1 (h = 7168, top-8), 1000 new tokens in the step, bf16 reduction payloads.
+    # tp = 8, ep = 1: every expert is split 8 ways, each shard holds partial sums of all 1000 tokens:
+    #   all-reduce payload 1000 · 7168 · 2 B = 14,336,000 B (not 1/8 of it).
+    # tp = 8, ep = 8: expert TP 1, nothing to reduce (group of 1).
+    # tp = 16, ep = 8: expert TP 2; one EP group receives the tokens with ≥ 1 of 8 experts there:
+    #   1000 · (1 − (7/8)^8) = 656.39 tokens → 656.39 · 7168 · 2 B = 9,409,8xx B.
+    from infersim.graph import Shape, moe_ops
+
+    shape = Shape(decode_seqs=1000.0)
+    got = {}
+    for tp, ep in ((8, 1), (8, 8), (16, 8)):
+        ops = {op.name: op for op in moe_ops(R1, shape, Layout(tp=tp, ep=ep, dp=tp), FP8, 58)}
+        red = ops["moe_tp_all_reduce"]
+        got[(tp, ep)] = (float(red.bytes), float(red.group))
+    assert got[(8, 1)] == (pytest.approx(14_336_000.0, rel=1e-12), 8.0)
+    assert got[(8, 8)][1] == 1.0
+    assert got[(16, 8)][0] == pytest.approx(1000 * (1 - (7 / 8) ** 8) * 7168 * 2, rel=1e-12)
+    assert got[(16, 8)][1] == 2.0
+    # dispatch sends each token once per distinct destination rank: ep = 8 → 8·(1 − (7/8)^8) = 5.25 ranks
+    ops = {op.name: op for op in moe_ops(R1, shape, Layout(tp=8, ep=8, dp=8), FP8, 58)}
+    assert float(ops["moe_dispatch"].bytes) == pytest.approx(1000 / 8 * 8 * (1 - (7 / 8) ** 8) * 7168 * 1.0, rel=1e-12)
 
 
 # ---- search.evaluate: masks, reasons, array == scalar --------------------------------------------------------
