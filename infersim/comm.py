@@ -1,9 +1,14 @@
-"""Collective communication time per interconnect tier.
+"""Collective communication time from the interconnect topology.
 
-A collective over ``group`` ranks runs on the scale-up fabric when the group fits in the
-hardware's scale-up domain, and over the scale-out network otherwise. Bandwidth terms follow the
-ring/all-to-all algorithms; the latency term is one per-call latency of the tier (NCCL-style
-one-shot/LL protocols for the small messages of inference), plus a log2 term across nodes.
+A collective over ``group`` ranks runs on the scale-up fabric when the group fits in one
+scale-up domain. A larger group spans ⌈group/domain⌉ domains and runs hierarchically: the part
+of the traffic that stays inside a domain moves at scale-up rates, the part between domains
+over each rank's scale-out NIC (two-level all-reduce / all-gather, all-to-all split by
+destination). Inside a domain the fabric's topology decides the rate: a switch (NVSwitch)
+gives each rank its full bandwidth to any peer; a mesh (xGMI) gives each peer pair one link;
+a torus (TPU ICI) runs rings per dimension over neighbour links (``torus``). The latency term is
+one per-call latency of each tier used (NCCL-style one-shot/LL protocols for the small messages
+of inference), plus a log2 term across domains, or the torus diameter in hops.
 """
 
 from __future__ import annotations
@@ -16,22 +21,50 @@ from .units import US
 
 
 def link_bandwidth(hw: HardwareSpec, group):
-    """Per-rank usable bandwidth (B/s, before comm_fraction) for a collective of ``group`` ranks.
+    """Per-rank usable bandwidth (B/s, before comm_fraction) of the fabric a group of ``group``
+    ranks uses inside one domain (the ranks of one domain when the group spans several).
 
     Notes
     -----
     switch/torus/pcie: the per-accelerator scale-up bandwidth. mesh (xGMI, Gaudi): each peer pair
     has bandwidth/(domain−1), so a group of n uses n−1 links: bandwidth·(n−1)/(domain−1).
-    Beyond the domain: the scale-out NIC bandwidth per accelerator.
     """
     su = hw.scale_up
-    group = np.asarray(group, dtype=float)
-    inside = group <= su.domain_size
+    group = np.minimum(np.asarray(group, dtype=float), su.domain_size)
     if su.topology == "mesh" and su.domain_size > 1:
-        up = su.bandwidth * np.minimum(np.maximum(group - 1, 1), su.domain_size - 1) / (su.domain_size - 1)
-    else:
-        up = su.bandwidth
-    return np.where(inside, up, hw.scale_out.bandwidth)
+        return su.bandwidth * np.minimum(np.maximum(group - 1, 1), su.domain_size - 1) / (su.domain_size - 1)
+    return np.full_like(group, su.bandwidth)
+
+
+def _flat_volume(kind: Collective, payload_bytes, n):
+    """Bytes each rank moves for a one-level collective of n ranks (ring / direct algorithms)."""
+    frac = (n - 1) / np.maximum(n, 1)
+    if kind == Collective.ALL_REDUCE:
+        return 2 * frac * payload_bytes
+    if kind == Collective.P2P:
+        return np.where(n > 1, payload_bytes, 0.0)
+    return frac * payload_bytes
+
+
+def _hierarchical(kind: Collective, payload_bytes, n, d):
+    """(bytes over the scale-up fabric, bytes over the NIC) per rank for n ranks in domains of d.
+
+    Notes
+    -----
+    m = n/d domains. all-reduce: reduce-scatter + all-gather inside the domain
+    (2(d−1)/d·S) and an all-reduce of each rank's 1/d shard across domains (2(m−1)/m·S/d).
+    all-gather (S gathered): (m−1)·S/n across domains, then (d−1)/d·S inside. all-to-all
+    (S sent per rank, spread evenly over destinations): (d−1)/n·S stays in the domain,
+    (n−d)/n·S leaves it. p2p: the payload crosses the NIC.
+    """
+    m = n / d
+    if kind == Collective.ALL_REDUCE:
+        return 2 * (d - 1) / d * payload_bytes, 2 * (m - 1) / m * payload_bytes / d
+    if kind == Collective.ALL_GATHER:
+        return (d - 1) / d * payload_bytes, (m - 1) * payload_bytes / n
+    if kind == Collective.ALL_TO_ALL:
+        return (d - 1) / n * payload_bytes, (n - d) / n * payload_bytes
+    return 0.0 * payload_bytes, payload_bytes
 
 
 def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, comm_fraction=None):
@@ -39,23 +72,27 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
 
     Notes
     -----
-    all-reduce (ring): 2(n−1)/n · S / BW; all-gather: (n−1)/n · S / BW (S = gathered size);
-    all-to-all: (n−1)/n · S / BW (S = bytes each rank sends); p2p: S / BW. A group of 1 costs 0.
-    Latency: the tier's per-call latency, plus log2 of the node count when leaving the domain.
+    Inside one domain: all-reduce (ring) 2(n−1)/n · S / BW; all-gather (n−1)/n · S / BW (S =
+    gathered size); all-to-all (n−1)/n · S / BW (S = bytes each rank sends); p2p S / BW; on a
+    torus, rings per dimension (``torus.collective_time``). Across domains: the two-level split
+    of ``_hierarchical``, scale-up and NIC phases in sequence. A group of 1 costs 0.
     References: Thakur, Rabenseifner & Gropp (2005), "Optimization of collective communication
-    operations in MPICH"; shared/reference/accelerators.md (NCCL bus-bandwidth fractions).
+    operations in MPICH"; shared/reference/accelerators.md (NCCL bus-bandwidth fractions; leaving
+    the node roughly halves all-reduce bus bandwidth on 4x P6-B200).
     """
+    from . import torus
+
+    su = hw.scale_up
     eff = hw.efficiency.comm_fraction if comm_fraction is None else comm_fraction
     n = np.asarray(group, dtype=float)
-    bw = link_bandwidth(hw, n) * eff
-    frac = (n - 1) / np.maximum(n, 1)
-    if kind == Collective.ALL_REDUCE:
-        volume = 2 * frac * payload_bytes
-    elif kind == Collective.P2P:
-        volume = np.where(n > 1, payload_bytes, 0.0)
+    d = float(su.domain_size)
+    inside = n <= d
+    if su.topology == "torus":
+        t_in = torus.collective_time(kind, payload_bytes, np.minimum(n, d), hw, eff)
     else:
-        volume = frac * payload_bytes
-    inside = n <= hw.scale_up.domain_size
-    nodes = np.maximum(n / hw.scale_up.domain_size, 1.0)
-    latency = np.where(inside, hw.scale_up.latency_us, hw.scale_out.latency_us * (1 + np.log2(nodes))) * US
-    return np.where(n > 1, volume / bw + latency, 0.0)
+        t_in = _flat_volume(kind, payload_bytes, n) / (link_bandwidth(hw, n) * eff) + su.latency_us * US
+    up_bytes, out_bytes = _hierarchical(kind, payload_bytes, np.maximum(n, d), d)
+    t_up = up_bytes / (link_bandwidth(hw, d) * eff) + su.latency_us * US
+    domains = np.maximum(n / d, 1.0)
+    t_out = out_bytes / (hw.scale_out.bandwidth * eff) + hw.scale_out.latency_us * US * (1 + np.log2(domains))
+    return np.where(n > 1, np.where(inside, t_in, t_up + t_out), 0.0)

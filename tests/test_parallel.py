@@ -279,3 +279,98 @@ def test_search_array_path_equals_scalar_path(model_id, data):
             assert got["ok"] == want["ok"] and got["reason"] == want["reason"], (fixed, b)
             for key in ("per_accelerator", "max_batch", "tokens_per_s", "ttft_p99", "tpot_p99", "step"):
                 np.testing.assert_allclose(got[key], want[key], rtol=1e-9, err_msg=f"{key} at {fixed}, batch {b}")
+
+
+# ---- collectives from topology ----------------------------------------------------------------------------
+
+
+def test_all_to_all_inside_one_nvl72_runs_at_nvlink_rate():
+    # GB300 NVL72: 900 GB/s one way per GPU · comm_fraction 0.8 = 7.2e11 B/s; 10 µs per call.
+    # EP72 all-to-all, 1e7 B sent per rank: 71/72 · 1e7 / 7.2e11 + 10e-6 = 2.3696e-5 s
+    from infersim import comm
+    from infersim.graph import Collective
+
+    hw = S.hardware("gb300-nvl72")
+    got = float(comm.collective_time(Collective.ALL_TO_ALL, 1e7, 72, hw))
+    assert got == pytest.approx(71 / 72 * 1e7 / 7.2e11 + 10e-6, rel=1e-12)
+
+
+def test_all_to_all_across_racks_is_hierarchical():
+    # 144 ranks = 2 NVL72 racks: of the 1e7 B a rank sends, 71/144 stay in its rack (NVLink 7.2e11 B/s,
+    # 10 µs) and 72/144 leave it over its 800 Gbit/s NIC (1e11 B/s · 0.8 = 8e10 B/s, 5 µs · (1 + log2 2)):
+    #   71/144 · 1e7 / 7.2e11 + 10e-6 + 0.5 · 1e7 / 8e10 + 10e-6 = 1.5185e-4 s
+    # all-reduce of 1e7 B over 144: 2·71/72 · 1e7 / 7.2e11 + 10e-6 + 2·(1/2) · (1e7/72) / 8e10 + 10e-6
+    from infersim import comm
+    from infersim.graph import Collective
+
+    hw = S.hardware("gb300-nvl72")
+    a2a = float(comm.collective_time(Collective.ALL_TO_ALL, 1e7, 144, hw))
+    assert a2a == pytest.approx(71 / 144 * 1e7 / 7.2e11 + 10e-6 + 0.5 * 1e7 / 8e10 + 10e-6, rel=1e-12)
+    ar = float(comm.collective_time(Collective.ALL_REDUCE, 1e7, 144, hw))
+    assert ar == pytest.approx(2 * 71 / 72 * 1e7 / 7.2e11 + 10e-6 + (1e7 / 72) / 8e10 + 10e-6, rel=1e-12)
+    # leaving the rack costs more per byte than staying: EP144 is slower than EP72 at the same bytes
+    assert a2a > float(comm.collective_time(Collective.ALL_TO_ALL, 1e7, 72, hw)) * 3
+
+
+def test_torus_collectives_ring_per_dimension():
+    # TPU7x, 64 chips = a 4x4x4 block; 100 GB/s one way per link · 0.8 = 8e10 B/s, two links per dimension.
+    # all-reduce of S = 1e7 B: Σ 2·(3/4)·S/{1, 4, 16} / (2 · 8e10) + 3 dimensions · 10 µs
+    # all-to-all: per dimension S · H(4) / (2 · 4 · 8e10) with H(4) = 1 + 2 + 1 = 4, three dimensions
+    from infersim import comm, torus
+    from infersim.graph import Collective
+
+    hw = S.hardware("tpu-v7")
+    np.testing.assert_array_equal(torus.slice_dims(hw, 64), [4, 4, 4])
+    np.testing.assert_array_equal(torus.slice_dims(hw, 2), [1, 2, 1])  # a sub-block of the 2x2x1 slice
+    s = 1e7
+    ar = float(comm.collective_time(Collective.ALL_REDUCE, s, 64, hw))
+    assert ar == pytest.approx(1.5 * s * (1 + 1 / 4 + 1 / 16) / 1.6e11 + 3 * 10e-6, rel=1e-12)
+    a2a = float(comm.collective_time(Collective.ALL_TO_ALL, s, 64, hw))
+    assert a2a == pytest.approx(3 * s * 4 / (2 * 4 * 8e10) + 3 * 10e-6, rel=1e-12)
+
+
+def test_torus_all_to_all_is_bisection_bound_like_the_published_pod_figure():
+    # TPU v5e pod (16x16): Google quotes 1.6 TB/s bisection bandwidth per pod
+    # (cloud.google.com/tpu/docs/v5e). An all-to-all of S per chip moves half of the 256·S bytes
+    # across the bisection: ≥ 128·S / 1.6e12 s at full link rate. The ring-per-dimension model at
+    # comm_fraction 1 lands within 15 % of that bound (it also pays per-call latency).
+    from infersim import comm
+    from infersim.graph import Collective
+
+    hw = S.hardware("tpu-v5e")
+    s = 1e7
+    got = float(comm.collective_time(Collective.ALL_TO_ALL, s, 256, hw, comm_fraction=1.0))
+    bound = 128 * s / 1.6e12
+    assert bound <= got <= 1.15 * bound
+
+
+def test_torus_and_switch_topologies_differ():
+    # The same TPU7x chip with its ICI described as a switch (full per-chip bandwidth to any peer)
+    # runs EP64 all-to-all far faster than on the torus, whose rings are bisection-bound.
+    from infersim import comm
+    from infersim.graph import Collective
+
+    hw = S.hardware("tpu-v7")
+    switch = hw.model_copy(update={"scale_up": hw.scale_up.model_copy(update={"topology": "switch", "torus": None})})
+    t_torus = float(comm.collective_time(Collective.ALL_TO_ALL, 1e7, 64, hw))
+    t_switch = float(comm.collective_time(Collective.ALL_TO_ALL, 1e7, 64, switch))
+    assert t_switch == pytest.approx(63 / 64 * 1e7 / (600e9 * 0.8) + 10e-6, rel=1e-12)
+    assert t_torus > 5 * t_switch
+
+
+def test_torus_block_required_exactly_for_torus_topology():
+    from pydantic import ValidationError
+
+    from infersim.specs.hardware import ScaleUpSpec
+
+    base = dict(technology="x", domain_size=8, bandwidth_gb_s=100, latency_us=10)
+    with pytest.raises(ValidationError, match="torus is required"):
+        ScaleUpSpec(**base, topology="torus")
+    torus_block = {"link_bandwidth_gb_s": 50, "slice_shapes": [[2, 2], [2, 4]], "source": "test"}
+    with pytest.raises(ValidationError, match="not allowed otherwise"):
+        ScaleUpSpec(**base, topology="switch", torus=torus_block)
+    with pytest.raises(ValidationError, match="more than domain_size"):
+        ScaleUpSpec(**{**base, "domain_size": 4}, topology="torus", torus=torus_block)
+    with pytest.raises(ValidationError, match="2 or all have 3"):
+        ScaleUpSpec(**base, topology="torus", torus={**torus_block, "slice_shapes": [[2, 2], [2, 2, 2]]})
+    assert ScaleUpSpec(**base, topology="torus", torus=torus_block).torus.link_bandwidth == 5e10

@@ -8,6 +8,8 @@ Values are in the units their field names carry; ``flop_rate``/``bandwidth`` hel
 from __future__ import annotations
 
 from functools import cached_property
+
+import numpy as np
 from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
@@ -90,6 +92,31 @@ class MemorySpec(Spec):
         return tb_s_to_bandwidth(self.hbm_bandwidth_tb_s)
 
 
+class TorusSpec(Spec):
+    """Neighbour-link torus of a TPU-style scale-up fabric (ICI)."""
+
+    link_bandwidth_gb_s: PositiveFloat = Field(le=1e4)
+    """One-way bandwidth of one neighbour link, GB/s (decimal); each chip has two links (±) per
+    dimension."""
+    slice_shapes: list[list[PositiveInt]] = Field(min_length=1)
+    """Slice shapes the provider offers, chips per dimension (e.g. [4, 4, 4]); all of one rank
+    (2 for a 2D torus, 3 for 3D). A group of n chips runs on the smallest shape holding n."""
+    source: str
+    """Where the link rate and the slice shapes come from."""
+
+    @model_validator(mode="after")
+    def _shapes(self):
+        ranks = {len(s) for s in self.slice_shapes}
+        if len(ranks) != 1 or ranks.pop() not in (2, 3):
+            raise ValueError("slice_shapes must all have 2 or all have 3 dimensions")
+        return self
+
+    @cached_property
+    def link_bandwidth(self) -> float:
+        """One-way bandwidth of one link, B/s."""
+        return gb_s_to_bandwidth(self.link_bandwidth_gb_s)
+
+
 class ScaleUpSpec(Spec):
     """The scale-up domain: NVLink/NVSwitch, Infinity Fabric (xGMI), TPU ICI, or PCIe."""
 
@@ -103,7 +130,19 @@ class ScaleUpSpec(Spec):
     """Per-hop latency of a collective step on this fabric, microseconds."""
     topology: Literal["switch", "mesh", "torus", "pcie"]
     """switch: full bandwidth to any peer; mesh: point-to-point links (a peer gets
-    bandwidth/(domain-1)); torus: neighbour links (TPU ICI); pcie: host bridge."""
+    bandwidth/(domain-1)); torus: neighbour links (TPU ICI), described by ``torus``; pcie: host bridge."""
+    torus: TorusSpec | None = None
+    """Link rate and slice shapes; required exactly when topology is 'torus'."""
+
+    @model_validator(mode="after")
+    def _torus_block(self):
+        if (self.topology == "torus") != (self.torus is not None):
+            raise ValueError("scale_up.torus is required when topology is 'torus' and not allowed otherwise")
+        if self.torus is not None:
+            largest = max(int(np.prod(s)) for s in self.torus.slice_shapes)
+            if largest > self.domain_size:
+                raise ValueError(f"a torus slice shape holds {largest} chips, more than domain_size {self.domain_size}")
+        return self
 
     @cached_property
     def bandwidth(self) -> float:
