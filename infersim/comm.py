@@ -47,23 +47,28 @@ def _flat_volume(kind: Collective, payload_bytes, n):
 
 
 def _hierarchical(kind: Collective, payload_bytes, n, d):
-    """(bytes over the scale-up fabric, bytes over the NIC) per rank for n ranks in domains of d.
+    """(bytes over the scale-up fabric, bytes over the NIC) per rank for n ranks packed into
+    domains of d, on the busiest rank.
 
     Notes
     -----
-    m = n/d domains. all-reduce: reduce-scatter + all-gather inside the domain
-    (2(d−1)/d·S) and an all-reduce of each rank's 1/d shard across domains (2(m−1)/m·S/d).
-    all-gather (S gathered): (m−1)·S/n across domains, then (d−1)/d·S inside. all-to-all
-    (S sent per rank, spread evenly over destinations): (d−1)/n·S stays in the domain,
-    (n−d)/n·S leaves it. p2p: the payload crosses the NIC.
+    m = ⌈n/d⌉ domains; the last may hold only g = n − d·(m−1) ranks, and a rank there sends the
+    most off-domain, so the NIC terms use g (g = d when d divides n). all-reduce:
+    reduce-scatter + all-gather inside the domain (2(d−1)/d·S) and an all-reduce of each rank's
+    1/g shard across domains (2(m−1)/m·S/g). all-gather (S gathered): (n−g)/(n·g)·S enters
+    each NIC, then (d−1)/d·S inside. all-to-all (S sent per rank, spread evenly over
+    destinations): (d−1)/n·S stays in the domain, (n−g)/n·S leaves it. p2p: the payload crosses
+    the NIC.
     """
-    m = n / d
+    m = np.ceil(n / d - 1e-9)
+    g = n - d * (m - 1)
+    inner = np.minimum(n, d)
     if kind == Collective.ALL_REDUCE:
-        return 2 * (d - 1) / d * payload_bytes, 2 * (m - 1) / m * payload_bytes / d
+        return 2 * (inner - 1) / inner * payload_bytes, 2 * (m - 1) / m * payload_bytes / g
     if kind == Collective.ALL_GATHER:
-        return (d - 1) / d * payload_bytes, (m - 1) * payload_bytes / n
+        return (inner - 1) / inner * payload_bytes, (n - g) / (n * g) * payload_bytes
     if kind == Collective.ALL_TO_ALL:
-        return (d - 1) / n * payload_bytes, (n - d) / n * payload_bytes
+        return (inner - 1) / n * payload_bytes, (n - g) / n * payload_bytes
     return 0.0 * payload_bytes, payload_bytes
 
 
@@ -93,6 +98,6 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
         t_in = _flat_volume(kind, payload_bytes, n) / (link_bandwidth(hw, n) * eff) + su.latency_us * US
     up_bytes, out_bytes = _hierarchical(kind, payload_bytes, np.maximum(n, d), d)
     t_up = up_bytes / (link_bandwidth(hw, d) * eff) + su.latency_us * US
-    domains = np.maximum(n / d, 1.0)
+    domains = np.maximum(np.ceil(n / d - 1e-9), 1.0)
     t_out = out_bytes / (hw.scale_out.bandwidth * eff) + hw.scale_out.latency_us * US * (1 + np.log2(domains))
     return np.where(n > 1, np.where(inside, t_in, t_up + t_out), 0.0)

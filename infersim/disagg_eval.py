@@ -1,17 +1,22 @@
-"""Disaggregated serving: a decode pool and a prefill pool sized by rate matching.
+"""Disaggregated serving as deployed: integer prefill and decode worker pools, each with its own layout.
 
-Decode instances run decode-only steps, so TPOT is the bare step time. Prefill instances run
-prompt chunks of ``prefill_chunk_tokens``; each is an M/G/1 queue whose utilization ρ is the
-highest that keeps p99 TTFT (queue wait + own prefill + exposed KV transfer + first decode step)
-under the limit. Prefill accelerators needed per request/s are g_p/(μ·ρ), so per-accelerator
-output is r_d·OSL / (g_d + r_d·g_p/(μ·ρ)) for a decode instance serving r_d requests/s
-(the rate-matching formula of TensorRT-LLM's disaggregation blog, effects.md section 2, with the
-pool ratio continuous rather than integer).
+Decode workers (the search grid's layout × batch) run decode-only steps, so TPOT is the bare step
+time, and each serves r_d = B·L/(OSL·t_d) requests/s. Prefill workers have their own layout,
+searched over every candidate independently of the decode grid (and of the CLI-fixed decode
+layout). A prefill worker batches prompt chunks of ``prefill_chunk_tokens``; it is an M/G/1 queue
+with service rate μ requests/s, and its p99 TTFT (queue wait + own prefill + exposed KV transfer
++ the first decode step) must meet the limit, which caps its utilization at ρ_max and its rate at
+c_p = μ·ρ_max. On N accelerators the system runs P prefill workers of s_p GPUs and D decode
+workers of s_d GPUs, P·s_p + D·s_d ≤ N, integers, serving min(D·r_d, P·c_p) requests/s: the
+rate-matching formula of TensorRT-LLM's disaggregation blog (effects.md section 2) with whole
+workers. The KV cache moves from prefill to decode over the scale-up fabric when both pools fit
+in one scale-up domain (the system may then leave the rest idle), else over the scale-out NICs;
+the better of the two deployments is taken.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,59 +26,130 @@ from .graph import Shape
 from .plan import Plan
 from .serving import ServingResult, WorkloadStats, _prefill, prefix_hit
 
-RHO_GRID = np.linspace(0.05, 0.95, 19)
+RHO_GRID = np.linspace(0.01, 0.99, 99)
+"""Prefill-worker utilizations tried (the admissible maximum is the largest meeting TTFT)."""
+TOP_PREFILL = 3
+"""Prefill options per decode point taken to the integer split (best by continuous rate matching)."""
+D_WINDOW = np.arange(-64, 2)
+"""Decode-worker counts tried around the continuous optimum ⌊D*⌋ (each with the most prefill workers
+the rest of the accelerators hold)."""
 
 
-def kv_transfer_time(plan: Plan, isl, prefill_size, accelerators: int):
-    """Seconds to move one prompt's KV cache from its prefill instance to a decode instance.
+def kv_transfer_time(plan: Plan, isl, prefill_size, accelerators: int, inside: bool | None = None):
+    """Seconds to move one prompt's KV cache from its prefill worker to a decode worker.
 
     Notes
     -----
-    bytes = KV bytes of ISL tokens (whole model); the prefill instance's ranks send in parallel
-    over the scale-up fabric when the system fits one domain, else over the scale-out NICs.
+    bytes = KV bytes of ISL tokens (whole model); the prefill worker's ranks send in parallel over
+    the scale-up fabric when both pools sit in one domain (``inside``; default: the system fits
+    one domain), else over the scale-out NICs.
     """
     hw = plan.hardware
     total = plan.model.kv_cache_bytes(isl, plan.formats.kv_cache)
-    inside = accelerators <= hw.scale_up.domain_size
+    inside = accelerators <= hw.scale_up.domain_size if inside is None else inside
     bw = hw.scale_up.bandwidth if inside else hw.scale_out.bandwidth
     latency = (hw.scale_up.latency_us if inside else hw.scale_out.latency_us) * 1e-6
     return total / (prefill_size * bw * hw.efficiency.comm_fraction) + latency
 
 
-def prefill_options(plan: Plan, layouts: dict, stats: WorkloadStats, accelerators: int, percentile: float):
-    """Flattened prefill options: (p99 TTFT excluding the first decode step, accelerator-seconds per
-    request = g_p/(μ·ρ), option index) for every prefill layout × utilization."""
+def _waits(rho, s_mean, s_sq, percentile: float):
+    """(mean, p-quantile) queue wait of an M/G/1 queue at utilization ρ (Pollaczek-Khinchine mean;
+    exponential tail P(W > w) ≈ ρ·exp(−ρ·w/E[W]) for the quantile)."""
+    w_mean = rho * s_sq / (2 * s_mean * (1 - rho))
+    tail = 1.0 - percentile / 100.0
+    w_p = np.where(rho > tail, w_mean / np.maximum(rho, 1e-30) * np.log(np.maximum(rho / tail, 1.0)), 0.0)
+    return w_mean, w_p
+
+
+@dataclass
+class PrefillPool:
+    """Prefill candidates (1-D over options): layout, size, service moments, fixed TTFT parts."""
+
+    layouts: dict[str, np.ndarray]
+    size: np.ndarray
+    mu: np.ndarray
+    """Requests/s of one worker at full utilization."""
+    s_mean: np.ndarray
+    s_sq: np.ndarray
+    t_alone: np.ndarray
+    """Prefill time of one mean prompt alone."""
+    t_fixed_p: np.ndarray
+    """TTFT part besides queueing at the tail: tail prompt's prefill + exposed KV transfer."""
+    kv: np.ndarray
+    wait_p: np.ndarray
+    """p-quantile wait on RHO_GRID, [options, rho]."""
+
+
+def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
+    """Every prefill layout the system allows (the pool's own search space), reduced per worker
+    size to those not beaten on both TTFT and rate by another layout of that size."""
+    layouts = parallel.candidate_layouts(plan, accelerators, fixed=False)
     lay = parallel.layout_axis(layouts)
-    size = lay.tp * lay.pp
-    workers = accelerators / size
-    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
+    size = (lay.tp * lay.pp)[:, 0]
+    plen, plen_sq = _prefill(stats, prefix_hit(plan, accelerators / size))
     chunk = plan.serving.prefill_chunk_tokens
     n_chunk = np.maximum(chunk / plen, 1.0)
-    t_chunk = step_cost(plan, lay, Shape(prefill_seqs=n_chunk, prefill_len=plen, prefill_len_sq=plen_sq,
-                                             prefill_patches=stats.vision_patches)).total
-    t_alone = step_cost(plan, lay, Shape(prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq,
-                                             prefill_patches=stats.vision_patches)).total
-    mu = n_chunk / t_chunk                       # requests/s at full utilization
+    t_chunk = step_cost(plan, lay, Shape(prefill_seqs=n_chunk[:, None], prefill_len=plen[:, None],
+                                         prefill_len_sq=plen_sq[:, None], prefill_patches=stats.vision_patches)).total[:, 0]
+    t_alone = step_cost(plan, lay, Shape(prefill_seqs=1.0, prefill_len=plen[:, None], prefill_len_sq=plen_sq[:, None],
+                                         prefill_patches=stats.vision_patches)).total[:, 0]
+    mu = n_chunk / t_chunk
     s_mean = 1.0 / mu
     s_sq = s_mean**2 * plen_sq / np.maximum(plen**2, 1e-30)
-    rho = RHO_GRID[None, :]
-    w_mean = rho * s_sq / (2 * s_mean * (1 - rho))   # Pollaczek-Khinchine
-    tail = 1.0 - percentile / 100.0
-    w_p = np.where(rho > tail, w_mean / rho * np.log(rho / tail), 0.0)  # exponential-tail approximation
     isl_tail = np.sqrt(stats.isl_sq) / max(stats.isl_mean, 1e-9)
-    kv = kv_transfer_time(plan, plen, size, accelerators) * plan.serving.kv_transfer_exposed
-    ttft = w_p + t_alone * isl_tail + kv
-    ok = parallel.layout_feasibility(plan.model, lay, accelerators)[0]
-    ok = ok & (parallel.kv_budget_per_device(plan, lay, chunk) > 0) & (size <= accelerators)
-    cost = np.where(ok, size / (mu * rho), np.inf)
-    ttft = np.where(ok, ttft, np.inf)
-    return ttft.ravel(), cost.ravel()
+    kv = kv_transfer_time(plan, plen, size, accelerators, inside) * plan.serving.kv_transfer_exposed
+    t_fixed = t_alone * isl_tail + kv
+    ok = parallel.layout_feasibility(plan.model, lay, accelerators)[0][:, 0]
+    ok &= (parallel.kv_budget_per_device(plan, lay, chunk)[:, 0] > 0) & np.isfinite(mu) & (mu > 0)
+    keep = []
+    for i in np.flatnonzero(ok):  # candidate layouts (not grid points): Pareto per worker size
+        same = ok & (size == size[i])
+        beaten = same & (t_fixed <= t_fixed[i]) & (mu >= mu[i]) & ((t_fixed < t_fixed[i]) | (mu > mu[i]))
+        if not np.any(beaten):
+            keep.append(i)
+    k = np.array(keep, dtype=int)
+    _, wait_p = _waits(RHO_GRID[None, :], s_mean[k, None], s_sq[k, None], percentile)
+    return PrefillPool({name: v[k] for name, v in layouts.items()}, size[k], mu[k], s_mean[k], s_sq[k], t_alone[k],
+                       t_fixed[k], kv[k], np.maximum.accumulate(wait_p, axis=1))
+
+
+def _split(pool: PrefillPool, r_d, s_d, t_d, limit: float, n: int):
+    """Best integer (P, D, option) per decode point; returns value (requests/s) and the choice."""
+    q = len(pool.size)
+    shape = np.broadcast(r_d, t_d).shape
+    if q == 0:
+        zero = np.zeros(shape)
+        return zero, zero, zero, np.zeros(shape, dtype=int)
+    budget = limit - t_d  # [L, B]
+    # admissible utilization per option: the largest grid ρ whose p-quantile wait fits the budget
+    c = np.empty(shape + (q,))
+    for j in range(q):  # prefill options (a handful of layouts), each over the whole decode grid
+        idx = np.searchsorted(pool.wait_p[j], budget - pool.t_fixed_p[j], side="right") - 1
+        c[..., j] = np.where(idx >= 0, pool.mu[j] * RHO_GRID[np.maximum(idx, 0)], 0.0)
+    sp, rd, sd = pool.size, np.asarray(r_d)[..., None], np.asarray(s_d, dtype=float)[..., None]
+    cont = np.where(c > 0, n * rd * c / (rd * sp + c * sd), 0.0)
+    k = min(TOP_PREFILL, q)
+    top = np.argsort(-cont, axis=-1)[..., :k]  # [L, B, k]
+    c_top = np.take_along_axis(c, top, axis=-1)[..., None]
+    sp_top = sp[top][..., None]
+    rd4, sd4 = rd[..., None], sd[..., None]
+    d_star = np.where(c_top > 0, n * c_top / (rd4 * sp_top + c_top * sd4), 0.0)
+    dd = np.floor(d_star) + D_WINDOW
+    pp = np.floor((n - dd * sd4) / sp_top)
+    good = (dd >= 1) & (pp >= 1) & (c_top > 0)
+    value = np.where(good, np.minimum(dd * rd4, pp * c_top), 0.0)  # [L, B, k, W]
+    flat = value.reshape(shape + (-1,))
+    best = np.argmax(flat, axis=-1)
+    pick = lambda a: np.take_along_axis(np.broadcast_to(a, value.shape).reshape(shape + (-1,)), best[..., None], -1)[..., 0]  # noqa: E731
+    opt = np.take_along_axis(top, (best // len(D_WINDOW))[..., None], -1)[..., 0]
+    return pick(value), pick(pp), pick(dd), opt
 
 
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layouts: dict, batch):
-    """Per-accelerator throughput of a disaggregated system over the decode [layout, batch] grid.
+    """System output tokens/s of a disaggregated deployment over the decode [layout, batch] grid.
 
-    Returns (ServingResult, ok mask of the prefill side, per-accelerator tokens/s, extra arrays).
+    Returns (ServingResult of the decode worker, ok mask of the prefill side, system tokens/s,
+    DisaggChoice with the worker counts and the prefill layout per point).
     """
     lay = parallel.layout_axis(layouts)
     L = plan.serving.tokens_per_step
@@ -82,27 +158,75 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     cost = step_cost(plan, lay, decode)
     t_d = cost.total
     r_d = batch * L / (stats.osl_mean * t_d)
+    s_d = lay.tp * lay.pp
     slo = scenario.slo
     limit = (slo.ttft_ms if slo.ttft_ms is not None else 1e12) * 1e-3
-    # the prefill pool has its own layout, searched over everything the hardware allows whatever
-    # the decode pool's layout is fixed to (so a point alone equals the same point in a grid)
-    free = replace(plan, search=replace(plan.search, tp=None, pp=None, ep=None, dp=None, batch=None))
-    p_ttft, p_cost = prefill_options(plan, parallel.candidate_layouts(free, accelerators), stats, accelerators,
-                                     slo.percentile)
-    order = np.argsort(p_ttft)
-    sorted_ttft = p_ttft[order]
-    best_cost = np.minimum.accumulate(p_cost[order])
-    budget = limit - t_d
-    k = np.searchsorted(sorted_ttft, budget, side="right") - 1
-    prefill_ok = k >= 0
-    c_p = np.where(prefill_ok, best_cost[np.maximum(k, 0)], np.inf)
-    ttft_p = np.where(prefill_ok, sorted_ttft[np.maximum(k, 0)], np.inf) + t_d
-    size = lay.tp * lay.pp
-    gpus = size + r_d * c_p
-    per_acc = np.where(prefill_ok, r_d * stats.osl_mean / gpus, 0.0)
+    hw = plan.hardware
+    domain = hw.scale_up.domain_size
+    tiers = [(accelerators, accelerators <= domain)]
+    if accelerators > domain:  # both pools inside one domain, the rest idle
+        tiers.append((domain, True))
+    shape = np.broadcast(r_d, t_d).shape
+    choice = DisaggChoice(shape)
+    value = np.zeros(shape)
+    pw = dw = np.zeros(shape)
+    for k, (n, inside) in enumerate(tiers):
+        pool = prefill_pool(plan, stats, n, slo.percentile, inside)
+        v, p_k, d_k, opt = _split(pool, r_d, s_d, t_d, limit, n)
+        better = v > value
+        value, pw, dw = np.where(better, v, value), np.where(better, p_k, pw), np.where(better, d_k, dw)
+        choice.pools.append((pool, inside))
+        choice.pool_index = np.where(better, k, choice.pool_index)
+        choice.option = np.where(better, opt, choice.option)
+    ok = value > 0
+    # the queue at the chosen split: served rate V over P workers of rate μ
+    mu = choice.take("mu")
+    rho = np.where(ok, value / np.maximum(pw * mu, 1e-30), 0.5)
+    w_mean, w_p = _waits(rho, choice.take("s_mean"), choice.take("s_sq"), slo.percentile)
+    ttft_p99 = np.where(ok, w_p + choice.take("t_fixed_p") + t_d, np.inf)
+    ttft_mean = np.where(ok, w_mean + choice.take("t_alone") + choice.take("kv") + t_d, np.inf)
     tpot = t_d / L
-    res = ServingResult(tokens_per_s=per_acc * size, rate=r_d, ttft_mean=ttft_p, ttft_p99=ttft_p,
-                        tpot_mean=tpot, tpot_p99=tpot, e2e_p99=ttft_p + stats.osl_p99 * tpot, step=cost,
+    system = value * stats.osl_mean
+    used = np.maximum(pw * choice_size(choice) + dw * s_d, 1.0)
+    # per decode-instance share of the system (tokens/s over the instance's size = per used accelerator)
+    res = ServingResult(tokens_per_s=system * s_d / used, rate=value, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
+                        tpot_mean=tpot, tpot_p99=tpot, e2e_p99=ttft_p99 + stats.osl_p99 * tpot, step=cost,
                         prefill_share=np.zeros_like(t_d), shape=decode)
-    prefill_gpus_per_decode_instance = r_d * c_p
-    return res, prefill_ok, per_acc, prefill_gpus_per_decode_instance
+    choice.prefill_workers, choice.decode_workers = pw, dw
+    choice.decode_size = np.broadcast_to(s_d, value.shape)
+    return res, ok, system, choice
+
+
+def choice_size(choice) -> np.ndarray:
+    """GPUs per prefill worker at each point."""
+    return choice.take("size")
+
+
+class DisaggChoice:
+    """Per decode point: which prefill option (of which tier's pool) and how many workers of each."""
+
+    def __init__(self, shape):
+        self.pools: list[tuple[PrefillPool, bool]] = []
+        self.pool_index = np.zeros(shape, dtype=int)
+        self.option = np.zeros(shape, dtype=int)
+        self.prefill_workers = self.decode_workers = self.decode_size = None
+
+    def take(self, name: str) -> np.ndarray:
+        out = np.zeros(self.option.shape)
+        for k, (pool, _) in enumerate(self.pools):
+            vals = getattr(pool, name)
+            if len(vals):
+                out = np.where(self.pool_index == k, vals[np.minimum(self.option, len(vals) - 1)], out)
+        return out
+
+    def config(self, i: int, j: int, accelerators: int) -> dict:
+        """The disaggregated deployment at grid point (i, j), for the prediction's ``config``."""
+        pool, inside = self.pools[int(self.pool_index[i, j])]
+        o = int(self.option[i, j])
+        p, d = int(self.prefill_workers[i, j]), int(self.decode_workers[i, j])
+        sp, sd = int(pool.size[o]), int(self.decode_size[i, j])
+        return {"prefill_workers": p, "decode_workers": d, "replicas": d,
+                "prefill_layout": {k: int(v[o]) for k, v in pool.layouts.items()},
+                "prefill_accelerators": p * sp, "decode_accelerators": d * sd,
+                "idle_accelerators": accelerators - p * sp - d * sd,
+                "kv_transfer_tier": "scale-up" if inside else "scale-out"}

@@ -90,7 +90,8 @@ class Result:
         memory (``ok_capacity``), whether or not it meets the limits (``ok``); 0 tokens/s where
         it does not fit.
     max_batch : largest batch the memory allows per instance.
-    pools : disaggregated only: prefill accelerators per decode instance and related arrays.
+    pools : disaggregated only: ``disagg``, the worker counts and prefill layout per point
+        (``disagg_eval.DisaggChoice``).
     """
 
     layouts: dict[str, np.ndarray]
@@ -106,7 +107,7 @@ class Result:
     metrics: dict[str, np.ndarray]
     max_batch: np.ndarray
     mode: str
-    pools: dict[str, np.ndarray] = field(default_factory=dict)
+    pools: dict[str, Any] = field(default_factory=dict)
 
     # ---- views ------------------------------------------------------------------------------
     @property
@@ -154,14 +155,10 @@ class Result:
                                   "optimizations": list(plan.applied), "mtp_depth": plan.serving.draft_depth,
                                   "tokens_per_step": plan.serving.tokens_per_step,
                                   "disaggregated": plan.serving.disaggregated}
-        if not self.pools:  # aggregated: whole instances, the leftover accelerators idle
+        if "disagg" in self.pools:  # integer prefill and decode pools, each with its own layout
+            config.update(self.pools["disagg"].config(i, j, self.accelerators))
+        else:  # aggregated: whole instances, the leftover accelerators idle
             config["idle_accelerators"] = self.accelerators - size * (self.accelerators // size)
-        if "prefill_accelerators_per_decode_instance" in self.pools:
-            p = self._at(self.pools["prefill_accelerators_per_decode_instance"], i, j)
-            share = p / (p + size)
-            config.update({"prefill_accelerators_per_decode_instance": p, "prefill_share_of_accelerators": share,
-                           "decode_accelerators": self.accelerators * (1 - share),
-                           "prefill_accelerators": self.accelerators * share})
         return config
 
     def breakdown_at(self, i: int, j: int) -> dict[str, Any]:

@@ -46,16 +46,16 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         ok, reason = require(ok, reason, batch <= plan.search.max_batch, Reason.BATCH_LIMIT)
     ok_capacity = ok.copy()
     kind = getattr(scenario, "kind", "offline")
-    size = layout.tp * layout.pp
     workers = parallel.replicas(layout, accelerators)
-    pools: dict[str, np.ndarray] = {}
+    pools: dict = {}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if kind != "offline" and plan.serving.disaggregated:
             from . import disagg_eval
 
-            res, p_ok, _, prefill_acc = disagg_eval.evaluate(plan, scenario, accelerators, stats, layouts, batch)
+            # integer prefill/decode pools (disagg_eval); the prefill side fails TTFT where no split fits
+            res, p_ok, disagg_system, pools["disagg"] = disagg_eval.evaluate(plan, scenario, accelerators, stats,
+                                                                             layouts, batch)
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
-            pools["prefill_accelerators_per_decode_instance"] = prefill_acc
         elif kind == "offline":
             res = serving.offline(plan, layout, batch, stats, workers)
         else:
@@ -63,8 +63,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         ok, reason = grid.apply_limits(ok, reason, res, scenario)
         # what each memory-feasible point delivers; ``ok`` says whether it also meets the limits
         per_instance = np.where(ok_capacity, np.nan_to_num(res.tokens_per_s, nan=0.0, posinf=0.0), 0.0)
-        if pools:  # disaggregated: the pools share the accelerators continuously (rate matched)
-            system = per_instance / size * accelerators
+        if pools:  # disaggregated: whole prefill and decode workers, leftovers idle
+            system = np.where(ok_capacity, np.nan_to_num(disagg_system, nan=0.0, posinf=0.0), 0.0)
         else:  # aggregated: whole instances only, leftover accelerators idle
             system = per_instance * workers
     shape = ok.shape

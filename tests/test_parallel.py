@@ -374,3 +374,96 @@ def test_torus_block_required_exactly_for_torus_topology():
     with pytest.raises(ValidationError, match="2 or all have 3"):
         ScaleUpSpec(**base, topology="torus", torus={**torus_block, "slice_shapes": [[2, 2], [2, 2, 2]]})
     assert ScaleUpSpec(**base, topology="torus", torus=torus_block).torus.link_bandwidth == 5e10
+
+
+def test_uneven_domains_load_the_lone_ranks_nic():
+    # 9 ranks on 8-GPU HGX B200 nodes: the ninth GPU is alone in its node and sends 8/9 of its
+    # all-to-all bytes over its 400 Gbit/s NIC (5e10 · 0.8 = 4e10 B/s): 8/9 · 1e7 / 4e10 s on that path,
+    # plus 7/9 · 1e7 inside the first node at 9e11 · 0.8 B/s.
+    from infersim import comm
+    from infersim.graph import Collective
+
+    hw = S.hardware("b200")
+    got = float(comm.collective_time(Collective.ALL_TO_ALL, 1e7, 9, hw))
+    want = 7 / 9 * 1e7 / 7.2e11 + hw.scale_up.latency_us * 1e-6 + 8 / 9 * 1e7 / 4e10 + hw.scale_out.latency_us * 1e-6 * 2
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+# ---- disaggregated pools --------------------------------------------------------------------------------
+
+
+def _pool(size, mu, t_fixed):
+    from infersim import disagg_eval
+
+    size, mu, t_fixed = (np.asarray(x, dtype=float) for x in (size, mu, t_fixed))
+    s_mean = 1.0 / mu
+    s_sq = s_mean**2 * 1.2
+    _, wait_p = disagg_eval._waits(disagg_eval.RHO_GRID[None, :], s_mean[:, None], s_sq[:, None], 99.0)
+    lay = {k: size.copy() for k in ("tp", "pp", "ep", "dp")}
+    return disagg_eval.PrefillPool(lay, size, mu, s_mean, s_sq, s_mean, t_fixed, 0 * mu, np.maximum.accumulate(wait_p, 1))
+
+
+def test_integer_split_matches_brute_force():
+    # Three prefill options (1, 2 and 8 GPUs per worker) against decode workers of 4 and 16 GPUs,
+    # on 9, 24 and 72 accelerators: the vectorized split equals an exhaustive search over every
+    # (option, P, D) with P·s_p + D·s_d ≤ N of min(D·r_d, P·c_p), c_p = μ·ρ_max(TTFT budget).
+    from infersim import disagg_eval
+
+    pool = _pool([1, 2, 8], [3.0, 7.0, 40.0], [0.2, 0.15, 0.1])
+    r_d = np.array([[1.5, 6.0], [0.7, 20.0]])
+    s_d = np.array([[4.0], [16.0]])
+    t_d = np.array([[0.02, 0.05], [0.03, 0.08]])
+    limit = 1.0
+    for n in (9, 24, 72):
+        value, pw, dw, opt = disagg_eval._split(pool, r_d, s_d, t_d, limit, n)
+        for i in range(2):
+            for j in range(2):
+                best = 0.0
+                for o in range(3):
+                    budget = limit - t_d[i, j] - pool.t_fixed_p[o]
+                    k = np.searchsorted(pool.wait_p[o], budget, side="right") - 1
+                    c = pool.mu[o] * disagg_eval.RHO_GRID[k] if k >= 0 else 0.0
+                    for d in range(1, n // int(s_d[i, 0]) + 1):
+                        p = (n - d * int(s_d[i, 0])) // int(pool.size[o])
+                        if p >= 1 and c > 0:
+                            best = max(best, min(d * r_d[i, j], p * c))
+                assert value[i, j] == pytest.approx(best, rel=1e-12), (n, i, j)
+                o = int(opt[i, j])
+                if value[i, j] > 0:
+                    assert pw[i, j] * pool.size[o] + dw[i, j] * s_d[i, 0] <= n
+                    assert pw[i, j] == int(pw[i, j]) and dw[i, j] == int(dw[i, j]) >= 1
+
+
+@pytest.fixture(scope="module")
+def interactive_72():
+    from infersim.api import predict
+
+    return predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, enable=["disagg"])
+
+
+def test_disaggregated_config_reports_integer_workers_and_both_layouts(interactive_72):
+    c = interactive_72.config
+    assert c["disaggregated"]
+    p, d = c["prefill_workers"], c["decode_workers"]
+    assert isinstance(p, int) and isinstance(d, int) and p >= 1 and d >= 1
+    pl = c["prefill_layout"]
+    assert set(pl) == {"tp", "pp", "ep", "dp"}
+    assert c["prefill_accelerators"] == p * pl["tp"] * pl["pp"]
+    assert c["decode_accelerators"] == d * c["tp"] * c["pp"]
+    assert c["prefill_accelerators"] + c["decode_accelerators"] + c["idle_accelerators"] == 72
+    assert c["kv_transfer_tier"] == "scale-up"  # one NVL72 rack
+    # the mean TTFT is its own figure, below the p99 the limit applies to
+    assert interactive_72.metrics["ttft_mean_s"] < interactive_72.metrics["ttft_s"] <= 1.5
+
+
+def test_fixing_the_decode_layout_leaves_the_prefill_pool_searched(interactive_72):
+    # --tp/--ep/--dp fix the decode workers only; the prefill pool keeps its own search, so the point
+    # alone equals the same point of the full search (same prefill choice, same throughput).
+    from infersim.api import predict
+
+    c = interactive_72.config
+    alone = predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, enable=["disagg"],
+                    tp=c["tp"], ep=c["ep"], dp=c["dp"], pp=c["pp"], batch=c["batch"])
+    assert alone.config["prefill_layout"] == c["prefill_layout"]
+    assert (alone.config["prefill_workers"], alone.config["decode_workers"]) == (c["prefill_workers"], c["decode_workers"])
+    assert alone.metrics["tokens_per_s"] == pytest.approx(interactive_72.metrics["tokens_per_s"], rel=1e-9)
