@@ -32,7 +32,7 @@ TOP_PREFILL = 3
 """Prefill options per decode point taken to the integer split (best by continuous rate matching)."""
 D_WINDOW = np.arange(-64, 2)
 """Decode-worker counts tried around the continuous optimum ⌊D*⌋ (each with the most prefill workers
-the rest of the accelerators hold)."""
+the rest of the accelerators hold); trimmed to the reach the worker sizes allow."""
 
 
 def kv_transfer_time(plan: Plan, isl, prefill_size, accelerators: int, inside: bool | None = None):
@@ -134,20 +134,25 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit: float, n: int):
     sp_top = sp[top][..., None]
     rd4, sd4 = rd[..., None], sd[..., None]
     d_star = np.where(c_top > 0, n * c_top / (rd4 * sp_top + c_top * sd4), 0.0)
-    dd = np.floor(d_star) + D_WINDOW
+    # the optimum's D lies within ⌈s_p/s_d⌉ + 1 below ⌊D*⌋ (rounding P down frees at most s_p GPUs)
+    reach = int(min(np.ceil(np.max(sp_top, initial=1.0) / max(float(np.min(sd, initial=1.0)), 1.0)) + 2, -D_WINDOW[0]))
+    window = D_WINDOW[D_WINDOW >= -reach]
+    dd = np.floor(d_star) + window
     pp = np.floor((n - dd * sd4) / sp_top)
     good = (dd >= 1) & (pp >= 1) & (c_top > 0)
     value = np.where(good, np.minimum(dd * rd4, pp * c_top), 0.0)  # [L, B, k, W]
     flat = value.reshape(shape + (-1,))
     best = np.argmax(flat, axis=-1)
     pick = lambda a: np.take_along_axis(np.broadcast_to(a, value.shape).reshape(shape + (-1,)), best[..., None], -1)[..., 0]  # noqa: E731
-    opt = np.take_along_axis(top, (best // len(D_WINDOW))[..., None], -1)[..., 0]
+    opt = np.take_along_axis(top, (best // len(window))[..., None], -1)[..., 0]
     return pick(value), pick(pp), pick(dd), opt
 
 
-def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layouts: dict, batch):
+def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layouts: dict, batch, live=None):
     """System output tokens/s of a disaggregated deployment over the decode [layout, batch] grid.
 
+    ``live``: mask of the decode points worth sizing pools for (layout and memory feasible); the
+    TPOT limit is applied here too, so the integer split runs only where it can matter.
     Returns (ServingResult of the decode worker, ok mask of the prefill side, system tokens/s,
     DisaggChoice with the worker counts and the prefill layout per point).
     """
@@ -167,17 +172,21 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     if accelerators > domain:  # both pools inside one domain, the rest idle
         tiers.append((domain, True))
     shape = np.broadcast(r_d, t_d).shape
+    live = np.ones(shape, dtype=bool) if live is None else np.broadcast_to(live, shape).copy()
+    if slo.tpot_ms is not None:
+        live &= t_d / L <= slo.tpot_ms * 1e-3
+    idx = np.nonzero(live)
+    flat = lambda a: np.broadcast_to(a, shape)[idx]  # noqa: E731  (live points as a 1-D axis)
     choice = DisaggChoice(shape)
-    value = np.zeros(shape)
-    pw = dw = np.zeros(shape)
+    value, pw, dw = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     for k, (n, inside) in enumerate(tiers):
         pool = prefill_pool(plan, stats, n, slo.percentile, inside)
-        v, p_k, d_k, opt = _split(pool, r_d, s_d, t_d, limit, n)
-        better = v > value
-        value, pw, dw = np.where(better, v, value), np.where(better, p_k, pw), np.where(better, d_k, dw)
+        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), limit, n)
+        better = v > value[idx]
+        for arr, new_vals in ((value, v), (pw, p_k), (dw, d_k), (choice.option, opt)):
+            arr[idx] = np.where(better, new_vals, arr[idx])
+        choice.pool_index[idx] = np.where(better, k, choice.pool_index[idx])
         choice.pools.append((pool, inside))
-        choice.pool_index = np.where(better, k, choice.pool_index)
-        choice.option = np.where(better, opt, choice.option)
     ok = value > 0
     # the queue at the chosen split: served rate V over P workers of rate μ
     mu = choice.take("mu")

@@ -52,9 +52,13 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
         if kind != "offline" and plan.serving.disaggregated:
             from . import disagg_eval
 
-            # integer prefill/decode pools (disagg_eval); the prefill side fails TTFT where no split fits
+            # integer prefill/decode pools (disagg_eval), sized only where memory and TPOT allow; the
+            # prefill side fails TTFT where no split fits
             res, p_ok, disagg_system, pools["disagg"] = disagg_eval.evaluate(plan, scenario, accelerators, stats,
-                                                                             layouts, batch)
+                                                                             layouts, batch, live=ok)
+            slo = scenario.slo
+            if slo.tpot_ms is not None:
+                ok, reason = require(ok, reason, res.tpot_p99 <= slo.tpot_ms * 1e-3, Reason.SLO_TPOT)
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
         elif kind == "offline":
             res = serving.offline(plan, layout, batch, stats, workers)
