@@ -117,7 +117,7 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit: float, n: int):
     """Best integer (P, D, option) per decode point; returns value (requests/s) and the choice."""
     q = len(pool.size)
     shape = np.broadcast(r_d, t_d).shape
-    if q == 0:
+    if q == 0 or int(np.prod(shape)) == 0:
         zero = np.zeros(shape)
         return zero, zero, zero, np.zeros(shape, dtype=int)
     budget = limit - t_d  # [L, B]

@@ -127,7 +127,9 @@ def candidate_layouts(plan: Plan, accelerators: int, *, fixed: bool = True) -> d
     tp: GPUs per stage of one instance (``instance_sizes``), tp·pp ≤ accelerators (leftover GPUs
     stay idle). Attention runs tp/dp-way tensor parallel on dp data-parallel groups; MoE layers
     run ep-way expert parallel × tp/ep-way expert-tensor parallel over the same tp GPUs; dp and
-    ep are any divisors of tp the model's heads, expert widths and ``ep_max`` allow. Pipeline
+    ep are any divisors of tp the model's heads, expert widths and ``ep_max`` allow; a MoE stage
+    spreads its experts over at most ``ep_max`` GPUs (EP × expert TP: TP8 / DEP8 inside one HGX
+    node unless wide EP raises it, effects.md section 4). Pipeline
     stages are tried with attention DP off or spanning tp. Layouts that
     fail the divisibility rules are dropped (all are kept when none pass, to report why).
     ``fixed=False`` ignores the CLI-fixed tp/ep/dp/pp (a disaggregated prefill pool searches
@@ -142,6 +144,8 @@ def candidate_layouts(plan: Plan, accelerators: int, *, fixed: bool = True) -> d
     rows = []
     for tp in tps:
         divs = _divisors(int(tp))
+        if model.is_moe and tp > max(s.ep_max, 1) and not pick(s.tp):
+            continue  # the experts of a stage are spread over at most ep_max GPUs (EP × expert TP)
         if model.is_moe:
             eps = pick(s.ep) or tuple(e for e in divs if e <= max(s.ep_max, 1))
             dps = pick(s.dp) or (tuple(divs) if s.attention_dp else (1,))

@@ -32,7 +32,8 @@ class SearchSpace:
     attention_dp: bool = False
     """Allow attention data parallelism (dp = tp) for MoE models."""
     ep_max: int = 8
-    """Largest expert-parallel group (one 8-GPU node by default; WideEP raises it)."""
+    """Most GPUs one pipeline stage spreads a MoE model's experts over (EP × expert TP), and so the
+    largest MoE instance stage: one 8-GPU node by default; WideEP raises it."""
 
 
 @dataclass(frozen=True)

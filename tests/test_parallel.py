@@ -112,8 +112,13 @@ def test_candidate_layouts_moe_respect_ep_and_dp_rules():
     plan = Plan(hardware=H100, model=R1, formats=FP8, search=SearchSpace(attention_dp=True))
     lay = parallel.candidate_layouts(plan, 16)
     tp, pp, ep, dp = (lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))
+    # without wide EP a stage spreads its experts over one 8-GPU node at most (pipelining goes beyond)
+    assert np.all(tp <= 8) and np.all(tp * pp <= 16) and (8, 2, 8, 8) in set(zip(tp, pp, ep, dp))
+    plan = replace(plan, search=replace(plan.search, ep_max=16))
+    lay = parallel.candidate_layouts(plan, 16)
+    tp, pp, ep, dp = (lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))
     assert np.all(tp * pp <= 16)
-    assert np.all(tp % ep == 0) and np.all(ep <= plan.search.ep_max)  # ep divides tp, ≤ one node
+    assert np.all(tp % ep == 0) and np.all(ep <= plan.search.ep_max)  # ep divides tp
     assert np.all(tp % dp == 0) and np.all(128 % (tp // dp) == 0)  # attention TP divides the 128 heads
     assert np.all(2048 % (tp // ep) == 0)  # expert TP divides the expert width
     # attention TP x DP and expert EP x TP are independent: DEP16 with expert TP2, TP16 attention with
