@@ -83,14 +83,13 @@ def _divisors(n: int) -> list[int]:
 def instance_sizes(accelerators: int, domain: int) -> list[int]:
     """Candidate GPUs per pipeline stage of one instance (the ``tp`` axis), at most ``accelerators``.
 
-    Powers of two, the divisors of the scale-up domain (NVL72: 9, 18, 36, 72, ...), the divisors
-    of the accelerator count (so a layout can use every GPU), and whole multiples of the domain
-    (several racks as one instance). Sizes that leave GPUs idle are allowed: replicas × size
-    ≤ accelerators.
+    Powers of two, the divisors of the scale-up domain (NVL72: 3, 6, 9, 12, 18, 24, 36, 72) and
+    whole multiples of the domain (several racks as one instance). Sizes that leave GPUs idle are
+    allowed: replicas × size ≤ accelerators. The set only grows with the accelerator count, so
+    every layout possible on N stays possible on N + 1 (the optimum is monotone in N).
     """
     sizes = {t for t in POWERS_OF_TWO if t <= accelerators}
     sizes |= {d for d in _divisors(min(domain, 4096)) if d <= accelerators}
-    sizes |= {d for d in _divisors(accelerators) if d <= 4096}
     sizes |= {domain * m for m in range(1, accelerators // domain + 1)} if domain > 1 and accelerators // domain <= 64 else set()
     return sorted(sizes)
 

@@ -6,6 +6,7 @@ mask/reason invariants and array == scalar equality of the search grid.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,7 +144,11 @@ def test_instances_need_not_use_every_accelerator():
     np.testing.assert_array_equal(parallel.replicas(lay, 9), [1, 1, 2, 0])
     ok, reason = parallel.layout_feasibility(LLAMA8B, Layout(tp=8), 9)
     assert ok and reason == Reason.NONE
-    assert 9 in parallel.instance_sizes(9, 8) and 8 in parallel.instance_sizes(9, 8)
+    assert parallel.instance_sizes(9, 8) == [1, 2, 4, 8]
+    assert parallel.instance_sizes(9, 72) == [1, 2, 3, 4, 6, 8, 9]
+    # the candidate sizes only grow with the accelerator count
+    for n in range(1, 300):
+        assert set(parallel.instance_sizes(n, 72)) <= set(parallel.instance_sizes(n + 1, 72))
 
 
 def test_redundant_expert_slots():
@@ -472,3 +477,65 @@ def test_fixing_the_decode_layout_leaves_the_prefill_pool_searched(interactive_7
     assert alone.config["prefill_layout"] == c["prefill_layout"]
     assert (alone.config["prefill_workers"], alone.config["decode_workers"]) == (c["prefill_workers"], c["decode_workers"])
     assert alone.metrics["tokens_per_s"] == pytest.approx(interactive_72.metrics["tokens_per_s"], rel=1e-9)
+
+
+# ---- monotone in accelerators ------------------------------------------------------------------------------
+
+_MLPERF_SCENARIOS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "scenarios").glob("mlperf-*.yaml"))
+_MONO_HARDWARE = ("b200", "gb300-nvl72", "h200-sxm", "mi355x", "tpu-v7")
+
+
+def _preset_plan(hw_id: str, scenario_id: str, disagg: bool):
+    from infersim import optimizations as opt
+    from infersim.api import base_plan, load_inputs, transform_sets
+    from infersim.optimizations.presets import load_preset
+
+    inputs = load_inputs(hw_id, None, scenario_id)
+    preset = load_preset("v6.0")
+    sets = transform_sets(inputs, preset, ["disagg"] if disagg else [], [] if disagg else ["disagg"], {})
+    plan = opt.apply_all(base_plan(inputs, preset=preset, layout={}, batch=None), sets[0])
+    return inputs, plan
+
+
+@given(scenario_id=st.sampled_from(_MLPERF_SCENARIOS), hw_id=st.sampled_from(_MONO_HARDWARE),
+       n=st.integers(1, 80), more=st.integers(1, 12), disagg=st.booleans())
+@S.examples(12)
+def test_more_accelerators_never_lower_total_throughput(scenario_id, hw_id, n, more, disagg):
+    # Every layout possible on N stays possible on N + k with the same per-point system throughput or
+    # more (whole instances, idle leftovers; disaggregated splits that fit N fit N + k), so the optimum
+    # over the MLPerf scenarios is non-decreasing in the accelerator count.
+    inputs, plan = _preset_plan(hw_id, scenario_id, disagg)
+    stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
+    small = search.evaluate(plan, inputs.scenario, n, stats)
+    large = search.evaluate(plan, inputs.scenario, n + more, stats)
+    rows_small = list(zip(*(small.layouts[k] for k in ("tp", "pp", "ep", "dp"))))
+    rows_large = {r: i for i, r in enumerate(zip(*(large.layouts[k] for k in ("tp", "pp", "ep", "dp"))))}
+    assert set(rows_small) <= set(rows_large) or not np.any(small.ok)
+    for i, row in enumerate(rows_small):
+        if row in rows_large and np.any(small.ok[i]):
+            a, b = small.system_tokens_per_s[i], large.system_tokens_per_s[rows_large[row]]
+            assert np.all(b >= a * (1 - 1e-9)), (row, n, more)
+    best = lambda g: float(np.max(g.system_tokens_per_s)) if g.any_feasible else 0.0  # noqa: E731
+    assert best(large) >= best(small) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("hw_id,scenario_id,ladder", [
+    ("b200", "mlperf-deepseek-r1-server", (8, 9, 12, 16)),
+    ("gb300-nvl72", "mlperf-deepseek-r1-offline", (8, 9, 64, 72, 73)),
+])
+def test_predicted_optimum_is_monotone_end_to_end(hw_id, scenario_id, ladder):
+    # The full search (every optimization variant of the v6.0 preset) on growing systems.
+    from infersim.api import predict
+
+    totals = [predict(hw_id, "deepseek-r1", scenario_id, n, round="v6.0").metrics.get("tokens_per_s", 0.0)
+              for n in ladder]
+    assert all(b >= a * (1 - 1e-9) for a, b in zip(totals, totals[1:])), totals
+
+
+def test_nine_b200_use_eight_and_report_one_idle():
+    from infersim.api import predict
+
+    p = predict("b200", "deepseek-r1", "mlperf-deepseek-r1-server", 9, round="v6.0")
+    eight = predict("b200", "deepseek-r1", "mlperf-deepseek-r1-server", 8, round="v6.0")
+    assert p.feasible and p.config["idle_accelerators"] == 1 and p.config["tp"] * p.config["pp"] == 8
+    assert p.metrics["tokens_per_s"] == pytest.approx(eight.metrics["tokens_per_s"], rel=1e-9)
