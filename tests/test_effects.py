@@ -1,0 +1,176 @@
+"""Published effect sizes as tests: each optimization's predicted gain at a published setting.
+
+Every test reproduces a row of shared/reference/effects.md with a stated setting (hardware, model,
+lengths, batch or latency target) and checks that the predicted gain — the ratio of two full
+predictions, with and without the lever — lands in a band around the published figure.
+
+The band rule is the same for every test: the published value (or range) widened by a factor of
+1.25² ≈ 1.5625 each way. A gain is the ratio of two predictions, and DESIGN.md's accuracy target
+allows each prediction a 25 % error (frontier p90), so a ratio within that band is as good as the
+two predictions are allowed to be. Where the published figure is a gain, the band also keeps the
+published direction (> 1).
+
+Tests marked ``xfail(strict=True)`` are effects the model does not reproduce yet; the reason
+states the measured value. Strict: when the model comes to reproduce them they fail as XPASS, and
+the marker must be removed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infersim.api import predict
+from infersim.specs import catalog
+
+BAND = 1.25**2
+"""Each-way band factor: two predictions, each within the 25 % p90 accuracy target."""
+
+
+def _band(low: float, high: float | None = None, gain: bool = True) -> tuple[float, float]:
+    high = low if high is None else high
+    lo, hi = low / BAND, high * BAND
+    return (max(lo, 1.0) if gain else lo), hi
+
+
+def _tps(p, key="tokens_per_s"):
+    assert p.feasible, p.reason
+    return p.metrics[key]
+
+
+# ---- section 1: multi-token prediction ------------------------------------------------------------------
+
+
+def test_mtp_speedup_at_batch_one_matches_trt_llm_blog_1():
+    # effects.md section 1, TRT1: 8xB200, DeepSeek-R1 FP4, batch 1, ISL/OSL 1K/2K. Depth 3 with the
+    # blog's acceptance (p1 0.92, p2 0.72, p3 0.36 conditional; L = 2.82) raises TPS/user from 111 to
+    # 253: 2.28x. Band: [2.28/1.5625, 2.28·1.5625] = [1.46, 3.56].
+    args = dict(isl=1024, osl=2048, tp=8, batch=1, round="v6.0")
+    base = predict("b200", "deepseek-r1", "batch-1k-1k", 8, disable=["mtp"], **args)
+    mtp = predict("b200", "deepseek-r1", "batch-1k-1k", 8, enable=["mtp"],
+                  params={"mtp": {"depth": 3, "acceptance": [0.92, 0.72, 0.36]}}, **args)
+    assert mtp.config["mtp_depth"] == 3
+    gain = _tps(mtp, "tokens_per_s_per_user") / _tps(base, "tokens_per_s_per_user")
+    lo, hi = _band(2.28)
+    assert lo <= gain <= hi, gain
+
+
+# ---- section 2: disaggregation ----------------------------------------------------------------------------
+
+
+def test_disaggregation_gain_matches_trt_llm_blog_5():
+    # effects.md section 2, TRT5: GB200, DeepSeek-R1, ISL 4400 / OSL 1200, no MTP, instances of 4-32
+    # GPUs: 1.4-1.8x tokens/s/GPU at matched tokens/s/user. Setting here: 32 GB200 GPUs, 50 tokens/s
+    # per user (TPOT 20 ms, the TRT5 operating range), MLPerf Interactive TTFT limit.
+    # Band: [1.4/1.5625, 1.8·1.5625] = [0.90, 2.81], and > 1 (published direction): [1.0, 2.81].
+    # (Measured 2.62x: inside the band but above the published range; the aggregated baseline has no
+    # chunked prefill in the serving model yet.)
+    sc = catalog.load("scenario", "mlperf-deepseek-r1-interactive")
+    sc = sc.model_copy(update={"slo": sc.slo.model_copy(update={"tpot_ms": 20.0})})
+    args = dict(isl=4400, osl=1200, round="v6.0")
+    disagg = predict("gb200-nvl72", "deepseek-r1", sc, 32, disable=["mtp"], enable=["disagg"], **args)
+    agg = predict("gb200-nvl72", "deepseek-r1", sc, 32, disable=["mtp", "disagg"], **args)
+    assert disagg.config["disaggregated"] and not agg.config["disaggregated"]
+    gain = _tps(disagg) / _tps(agg)
+    lo, hi = _band(1.4, 1.8)
+    assert lo <= gain <= hi, gain
+
+
+# ---- section 4: attention DP, expert parallelism, wide EP ------------------------------------------------
+
+_TRT3 = dict(isl=1024, osl=2048, round="v6.0")
+"""TRT3 setting: 8xB200, DeepSeek-R1 FP4, ISL/OSL 1K/2K, maximum throughput (offline)."""
+
+
+@pytest.mark.xfail(strict=True, reason="measured 3.14x at the blog's concurrencies (2.63x at each layout's own "
+                                       "maximum batch) against 5x published: at 4000 sequences the DP step is "
+                                       "compute-bound in the model, so the 8x larger batch buys less")
+def test_attention_dp_vs_tp_matches_trt_llm_blog_3():
+    # effects.md section 4, TRT3: attention DP vs TP +400 % (5x) at max throughput; TP duplicates
+    # the MLA KV cache 8x, so concurrency drops from 4000 to 500. Both at EP8 experts.
+    # Band: [5/1.5625, 5·1.5625] = [3.2, 7.8].
+    dp = predict("b200", "deepseek-r1", "batch-1k-1k", 8, tp=8, ep=8, dp=8, batch=4000, **_TRT3)
+    tp = predict("b200", "deepseek-r1", "batch-1k-1k", 8, tp=8, ep=8, dp=1, batch=500, **_TRT3)
+    gain = _tps(dp) / _tps(tp)
+    lo, hi = _band(5.0)
+    assert lo <= gain <= hi, gain
+
+
+@pytest.mark.xfail(strict=True, reason="measured 1.10x against 2.42x published: expert TP is charged its reduction "
+                                       "and nothing else; the narrow expert GEMM slices that make TP MoE kernels "
+                                       "slow are not modelled (GEMM efficiency depends on rows only)")
+def test_expert_parallel_vs_expert_tp_matches_trt_llm_blog_3():
+    # effects.md section 4, TRT3: EP vs TP for the MoE layers +142 % (2.42x) at 1K/2K max
+    # throughput, attention DP on both. Band: [2.42/1.5625, 2.42·1.5625] = [1.55, 3.78].
+    ep = predict("b200", "deepseek-r1", "batch-1k-1k", 8, tp=8, ep=8, dp=8, **_TRT3)
+    tp = predict("b200", "deepseek-r1", "batch-1k-1k", 8, tp=8, ep=1, dp=8, **_TRT3)
+    gain = _tps(ep) / _tps(tp)
+    lo, hi = _band(2.42)
+    assert lo <= gain <= hi, gain
+
+
+@pytest.fixture(scope="module")
+def nvl72_interactive():
+    full = predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, round="v6.0")
+    narrow = predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, round="v6.0",
+                     disable=["wide_ep"])
+    return full, narrow
+
+
+def test_wide_ep_on_nvl72_picks_ep16_or_more(nvl72_interactive):
+    # effects.md section 4 (IX listing): NVL72 runs DeepSeek-R1 decode at EP up to 32, where an 8-GPU
+    # island caps EP at 8; the MLPerf v6.0 GB300 Interactive decode workers are DEP16
+    # (mlperf_submission_configs.md 1d).
+    full, narrow = nvl72_interactive
+    assert full.config["ep"] >= 16
+    assert narrow.config["tp"] * narrow.config["pp"] <= 8 * narrow.config["pp"]  # experts stay inside 8 GPUs
+
+
+def test_wide_ep_gain_on_nvl72_in_published_direction_and_magnitude(nvl72_interactive):
+    # effects.md section 4: spreading the experts wider than an 8-GPU node is worth TRT3's +142 %
+    # (EP vs TP, 2.42x) as a single lever, and up to 6.17x together with disaggregation, EPLB and MTP
+    # (TRT8, EP16/32 on GB200 NVL72 vs EP4/EP8 baselines). Setting: GB300 NVL72, 72 GPUs, MLPerf
+    # Interactive, every other v6.0 lever available; the gain is full search / search without wide EP.
+    # Band: [2.42/1.5625, 6.17·1.5625] = [1.55, 9.64].
+    full, narrow = nvl72_interactive
+    gain = _tps(full) / _tps(narrow)
+    lo, hi = _band(2.42, 6.17)
+    assert lo <= gain <= hi, gain
+
+
+# ---- section 5: computation/communication overlap ---------------------------------------------------------
+
+
+def _tbo_gain(tokens_per_device: float) -> float:
+    from dataclasses import replace
+
+    from infersim import optimizations as opt
+    from infersim.api import base_plan, load_inputs
+    from infersim.engine import step_cost
+    from infersim.graph import Layout, Shape
+    from infersim.optimizations.presets import load_preset
+
+    inputs = load_inputs("h100-sxm", "deepseek-r1", "mlperf-deepseek-r1-server")
+    plan = base_plan(inputs, preset=load_preset("v6.0"), layout={}, batch=None)
+    plan = opt.apply_all(replace(plan, formats=replace(plan.formats, weights="fp8", activations="fp8")),
+                         [opt.make("fusion"), opt.make("attention_dp"), opt.make("wide_ep", {"max_ep": 72})])
+    layout = Layout(tp=72, ep=72, dp=72)
+    shape = Shape(decode_seqs=tokens_per_device * 72, decode_ctx=2000.0)
+    off = float(step_cost(plan, layout, shape).total)
+    on = float(step_cost(opt.make("overlap").apply(plan), layout, shape).total)
+    return off / on
+
+
+def test_two_batch_overlap_decode_gain_matches_sglang_large_ep():
+    # effects.md section 5, SGL-EP: two-batch overlap in decode on H100 with DeepSeek EP72 over
+    # InfiniBand (ISL 2000): +25.5 % at 256 tokens per device. Band: [1.255/1.5625, 1.255·1.5625]
+    # and > 1 = [1.0, 1.96].
+    gain = _tbo_gain(256.0)
+    lo, hi = _band(1.255)
+    assert lo < gain <= hi, gain
+
+
+def test_two_batch_overlap_stays_off_below_break_even():
+    # effects.md section 5, SGL-EP: forcing TBO at 32 tokens per device costs 27 %; break-even is at
+    # 64-128. The overlap transform leaves the batch unsplit below 128 tokens per device, so the
+    # step is exactly what it is without overlap (no published loss, no gain).
+    assert _tbo_gain(32.0) == pytest.approx(1.0, rel=1e-12)
