@@ -20,6 +20,18 @@ BATCH_GRID = np.unique(np.round(np.geomspace(1, 16384, 57)))
 """Default decode-batch axis (sequences per instance), geometric 1 … 16384."""
 
 
+def batch_grid(layouts: dict[str, np.ndarray]) -> np.ndarray:
+    """The batch axis, extended at the same density (4 points per doubling) beyond 16,384 when
+    instances are larger than 8 GPUs, up to 2,048 sequences per GPU of the largest instance (a
+    72-GPU DEP72 instance holds ~1,400 sequences per GPU in the v6.0 DeepSeek-R1 configs)."""
+    size = float(np.max(layouts["tp"] * layouts["pp"], initial=1.0))
+    top = max(16384.0, 2048.0 * size)
+    if top <= 16384.0:
+        return BATCH_GRID
+    extra = np.geomspace(16384.0, top, int(np.ceil(np.log2(top / 16384.0) * 4)) + 1)[1:]
+    return np.unique(np.concatenate([BATCH_GRID, np.round(extra)]))
+
+
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | None = None,
              batch_axis: np.ndarray | None = None, *, price_per_hour: float | None = None) -> Result:
     """Evaluate the whole search space of ``plan`` for ``scenario`` on ``accelerators``.
@@ -31,7 +43,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     price = plan.hardware.price.usd_per_hour if price_per_hour is None else price_per_hour
     layouts = parallel.candidate_layouts(plan, accelerators)
     layout = parallel.layout_axis(layouts)
-    batch = np.asarray(plan.search.batch if plan.search.batch else (BATCH_GRID if batch_axis is None else batch_axis),
+    batch = np.asarray(plan.search.batch if plan.search.batch else
+                       (batch_grid(layouts) if batch_axis is None else batch_axis),
                        dtype=float)[None, :]
     ok, reason = parallel.layout_feasibility(plan.model, layout, accelerators)
     ok = np.broadcast_to(ok, (len(layouts["tp"]), batch.shape[1])).copy()
