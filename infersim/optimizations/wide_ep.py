@@ -1,13 +1,19 @@
 """Wide expert parallelism with expert load balancing.
 
-Changes: ``plan.search.ep_max`` (EP may span the whole scale-up domain, e.g. 72 GPUs, or
-``max_ep`` beyond it, where all-to-alls fall onto the scale-out tier), ``plan.eplb_efficiency``
-(redundant experts + load balancer remove most of the popularity skew) and
-``plan.dispatch_bytes`` (dispatch quantized before the all-to-all). Spreading experts frees
-memory per device, so the KV cache — and the batch — can grow.
+Changes: ``plan.search.ep_max`` — how many GPUs one pipeline stage may spread the routed experts
+over (EP × expert TP), and so the largest MoE instance: one 8-GPU node without this transform, the
+whole scale-up domain with it (e.g. 72 on an NVL72, EP72 over 256 experts with ⌈256/72⌉ = 4 slots per
+GPU, the 32 spares holding redundant copies), or ``max_ep`` — beyond the domain the all-to-alls run
+hierarchically over the scale-out NICs (``infersim.comm``). ``plan.eplb_efficiency``: the load
+balancer places redundant copies of hot experts, removing that share of the popularity skew and of
+the uneven-placement skew when ep does not divide the expert count. ``plan.dispatch_bytes``:
+dispatch quantized before the all-to-all. Spreading experts frees memory per GPU, so the KV cache
+— and the batch — can grow, and each GPU reads fewer expert weights per step; the search weighs
+that against the longer all-to-alls.
 Neutral: ``enabled: false``.
-Source: shared/reference/effects.md section 4 (DeepSeek EP144 decode, SGLang EPLB 1.49x
-prefill / 2.54x decode, TRT-LLM wide-EP blog 8, NVL72 EP up to 32+).
+Source: shared/reference/effects.md section 4 (DeepSeek EP144 decode with 32 redundant experts,
+SGLang EPLB 1.49x prefill / 2.54x decode, TRT-LLM wide-EP blog 8, NVL72 EP up to 32 where an
+8-GPU island caps EP at 8).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ class WideEP(Transform):
     needs: ClassVar[tuple[Needs, ...]] = (Needs.MOE,)
 
     max_ep: int | None = Field(default=None, ge=1, le=4096)
-    """Largest EP group (default: the hardware's scale-up domain)."""
+    """Most GPUs a MoE stage spreads its experts over (default: the hardware's scale-up domain;
+    larger values let instances span several domains)."""
     load_balancer: bool = True
     """Expert load balancer with redundant experts."""
     eplb_efficiency: float = Field(default=0.9, ge=0, le=1)
