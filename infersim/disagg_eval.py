@@ -113,8 +113,47 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
                        t_fixed[k], kv[k], np.maximum.accumulate(wait_p, axis=1))
 
 
+class DisaggChoice:
+    """Per decode point: which prefill option (of which tier's pool) and how many workers of each."""
+
+    def __init__(self, shape):
+        self.pools: list[tuple[PrefillPool, bool]] = []
+        self.pool_index = np.zeros(shape, dtype=int)
+        self.option = np.zeros(shape, dtype=int)
+        self.prefill_workers = self.decode_workers = self.decode_size = None
+
+    def take(self, name: str) -> np.ndarray:
+        """A PrefillPool field (e.g. ``mu``, ``size``) at each point's chosen option."""
+        out = np.zeros(self.option.shape)
+        for k, (pool, _) in enumerate(self.pools):
+            vals = getattr(pool, name)
+            if len(vals):
+                out = np.where(self.pool_index == k, vals[np.minimum(self.option, len(vals) - 1)], out)
+        return out
+
+    def config(self, i: int, j: int, accelerators: int) -> dict:
+        """The disaggregated deployment at grid point (i, j), for the prediction's ``config``."""
+        pool, inside = self.pools[int(self.pool_index[i, j])]
+        o = int(self.option[i, j])
+        p, d = int(self.prefill_workers[i, j]), int(self.decode_workers[i, j])
+        sp, sd = int(pool.size[o]), int(self.decode_size[i, j])
+        return {"prefill_workers": p, "decode_workers": d, "replicas": d,
+                "prefill_layout": {k: int(v[o]) for k, v in pool.layouts.items()},
+                "prefill_accelerators": p * sp, "decode_accelerators": d * sd,
+                "idle_accelerators": accelerators - p * sp - d * sd,
+                "kv_transfer_tier": "scale-up" if inside else "scale-out"}
+
+
 def _split(pool: PrefillPool, r_d, s_d, t_d, limit: float, n: int):
-    """Best integer (P, D, option) per decode point; returns value (requests/s) and the choice."""
+    """Best integer split per decode point (1-D arrays r_d, s_d, t_d over the points).
+
+    Per prefill option the admissible rate c_p = μ·ρ_max follows from the TTFT budget left after
+    the first decode step; the TOP_PREFILL options best under continuous rate matching
+    (N·r_d·c_p/(r_d·s_p + c_p·s_d)) go to the integer split: D decode workers near the continuous
+    optimum D*, each with the most prefill workers P = ⌊(N − D·s_d)/s_p⌋ the rest holds, served
+    rate min(D·r_d, P·c_p). Returns (rate, P, D, option index). tests/test_parallel.py checks it
+    against exhaustive enumeration.
+    """
     q = len(pool.size)
     shape = np.broadcast(r_d, t_d).shape
     if q == 0 or int(np.prod(shape)) == 0:
@@ -196,7 +235,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     ttft_mean = np.where(ok, w_mean + choice.take("t_alone") + choice.take("kv") + t_d, np.inf)
     tpot = t_d / L
     system = value * stats.osl_mean
-    used = np.maximum(pw * choice_size(choice) + dw * s_d, 1.0)
+    used = np.maximum(pw * choice.take("size") + dw * s_d, 1.0)
     # per decode-instance share of the system (tokens/s over the instance's size = per used accelerator)
     res = ServingResult(tokens_per_s=system * s_d / used, rate=value, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
                         tpot_mean=tpot, tpot_p99=tpot, e2e_p99=ttft_p99 + stats.osl_p99 * tpot, step=cost,
@@ -204,38 +243,3 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     choice.prefill_workers, choice.decode_workers = pw, dw
     choice.decode_size = np.broadcast_to(s_d, value.shape)
     return res, ok, system, choice
-
-
-def choice_size(choice) -> np.ndarray:
-    """GPUs per prefill worker at each point."""
-    return choice.take("size")
-
-
-class DisaggChoice:
-    """Per decode point: which prefill option (of which tier's pool) and how many workers of each."""
-
-    def __init__(self, shape):
-        self.pools: list[tuple[PrefillPool, bool]] = []
-        self.pool_index = np.zeros(shape, dtype=int)
-        self.option = np.zeros(shape, dtype=int)
-        self.prefill_workers = self.decode_workers = self.decode_size = None
-
-    def take(self, name: str) -> np.ndarray:
-        out = np.zeros(self.option.shape)
-        for k, (pool, _) in enumerate(self.pools):
-            vals = getattr(pool, name)
-            if len(vals):
-                out = np.where(self.pool_index == k, vals[np.minimum(self.option, len(vals) - 1)], out)
-        return out
-
-    def config(self, i: int, j: int, accelerators: int) -> dict:
-        """The disaggregated deployment at grid point (i, j), for the prediction's ``config``."""
-        pool, inside = self.pools[int(self.pool_index[i, j])]
-        o = int(self.option[i, j])
-        p, d = int(self.prefill_workers[i, j]), int(self.decode_workers[i, j])
-        sp, sd = int(pool.size[o]), int(self.decode_size[i, j])
-        return {"prefill_workers": p, "decode_workers": d, "replicas": d,
-                "prefill_layout": {k: int(v[o]) for k, v in pool.layouts.items()},
-                "prefill_accelerators": p * sp, "decode_accelerators": d * sd,
-                "idle_accelerators": accelerators - p * sp - d * sd,
-                "kv_transfer_tier": "scale-up" if inside else "scale-out"}
