@@ -555,3 +555,22 @@ def test_leaving_the_node_slows_all_reduce_about_as_measured():
         comm.collective_time(Collective.ALL_REDUCE, s, 8, hw))
     published = 845.7 / 381.8 * (2 * 31 / 32) / (2 * 7 / 8)  # bus bandwidth → time ratio at equal payload
     assert published / 1.5625 <= ratio <= published * 1.5625, (ratio, published)
+
+
+def test_ep_group_size_trades_weight_bytes_against_all_to_all_time():
+    # DeepSeek-R1 fp4 on GB300 NVL72, DEP instances (tp = ep = dp): a wider EP group holds fewer expert
+    # bytes per GPU, so more sequences fit per GPU; its all-to-all for the same tokens per GPU takes
+    # longer, and far longer once the group leaves the 72-GPU rack (EP144 over the NICs).
+    from infersim.engine import step_cost
+    from infersim.graph import Shape
+
+    fp4 = Formats("fp4", "fp4", "fp8")
+    plan = Plan(hardware=S.hardware("gb300-nvl72"), model=R1, formats=fp4)
+    eps = np.array([8.0, 16.0, 36.0, 72.0, 144.0])
+    lay = Layout(tp=eps, ep=eps, dp=eps)
+    weights = parallel.weight_bytes_per_device(R1, lay, fp4)
+    per_gpu_batch = parallel.max_batch(plan, lay, 4000.0, 0.0) / eps
+    assert np.all(np.diff(weights) < 0) and np.all(np.diff(per_gpu_batch) > 0)
+    comm = step_cost(plan, lay, Shape(decode_seqs=64.0 * eps, decode_ctx=4000.0)).by_kind["comm"]
+    assert np.all(np.diff(comm) > 0)
+    assert comm[4] > 3 * comm[3]
