@@ -96,6 +96,8 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
         t_in = torus.collective_time(kind, payload_bytes, np.minimum(n, d), hw, eff)
     else:
         t_in = _flat_volume(kind, payload_bytes, n) / (link_bandwidth(hw, n) * eff) + su.latency_us * US
+    if np.all(inside):
+        return np.where(n > 1, t_in, 0.0)
     up_bytes, out_bytes = _hierarchical(kind, payload_bytes, np.maximum(n, d), d)
     t_up = up_bytes / (link_bandwidth(hw, d) * eff) + su.latency_us * US
     domains = np.maximum(np.ceil(n / d - 1e-9), 1.0)

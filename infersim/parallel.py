@@ -110,14 +110,17 @@ def redundant_experts(model: ModelSpec, layout: Layout):
     return expert_slots_per_rank(model, layout) * layout.ep - model.moe.n_routed_experts
 
 
-def _feasible_rows(model: ModelSpec, rows: list[tuple], accelerators: int) -> list[tuple]:
+def _feasible_rows(plan: Plan, rows: list[tuple], accelerators: int) -> list[tuple]:
+    """Rows that divide the model and whose weights fit; all rows when none pass (their reasons
+    are then reported)."""
     if not rows:
         return rows
     arr = np.array(rows, dtype=float)
     lay = Layout(tp=arr[:, 0], pp=arr[:, 1], ep=arr[:, 2], dp=arr[:, 3])
-    ok = layout_feasibility(model, lay, accelerators)[0]
-    kept = [r for r, good in zip(rows, ok) if good]
-    return kept or rows  # keep the infeasible ones when nothing is left, so their reasons are reported
+    ok = layout_feasibility(plan.model, lay, accelerators)[0]
+    divisible = [r for r, good in zip(rows, ok) if good]
+    fits = ok & (kv_budget_per_device(plan, lay, 0.0) > 0)
+    return [r for r, good in zip(rows, fits) if good] or divisible or rows
 
 
 def candidate_layouts(plan: Plan, accelerators: int, *, fixed: bool = True) -> dict[str, np.ndarray]:
@@ -129,8 +132,9 @@ def candidate_layouts(plan: Plan, accelerators: int, *, fixed: bool = True) -> d
     ep are any divisors of tp the model's heads, expert widths and ``ep_max`` allow; a MoE stage
     spreads its experts over at most ``ep_max`` GPUs (EP × expert TP: TP8 / DEP8 inside one HGX
     node unless wide EP raises it, effects.md section 4). Pipeline
-    stages are tried with attention DP off or spanning tp. Layouts that
-    fail the divisibility rules are dropped (all are kept when none pass, to report why).
+    stages are tried with attention DP and EP each off or spanning tp. Layouts that
+    fail the divisibility rules, or whose weights do not fit, are dropped (kept when none pass,
+    to report why).
     ``fixed=False`` ignores the CLI-fixed tp/ep/dp/pp (a disaggregated prefill pool searches
     its own layouts).
     """
@@ -156,8 +160,10 @@ def candidate_layouts(plan: Plan, accelerators: int, *, fixed: bool = True) -> d
                 if tp * pp > accelerators or (pp > 1 and 1 < dp < tp and not pick(s.pp)):
                     continue
                 for ep in eps:
+                    if pp > 1 and 1 < ep < tp and not pick(s.pp):
+                        continue  # pipelining is the memory fallback: experts all-EP or all-TP there
                     rows.append((tp, pp, ep, dp))
-    rows = _feasible_rows(model, sorted(set(rows)), accelerators)
+    rows = _feasible_rows(plan, sorted(set(rows)), accelerators)
     if not rows:
         return {k: np.zeros(0) for k in ("tp", "pp", "ep", "dp")}
     arr = np.array(rows, dtype=float)

@@ -21,15 +21,15 @@ BATCH_GRID = np.unique(np.round(np.geomspace(1, 16384, 57)))
 
 
 def batch_grid(layouts: dict[str, np.ndarray]) -> np.ndarray:
-    """The batch axis, extended at the same density (4 points per doubling) beyond 16,384 when
-    instances are larger than 8 GPUs, up to 2,048 sequences per GPU of the largest instance (a
-    72-GPU DEP72 instance holds ~1,400 sequences per GPU in the v6.0 DeepSeek-R1 configs)."""
+    """The batch axis, extended at the same density (4 points per doubling, fixed points, so a
+    larger system's axis contains a smaller one's) beyond 16,384 when instances are larger than
+    8 GPUs, up to 2,048 sequences per GPU of the largest instance."""
     size = float(np.max(layouts["tp"] * layouts["pp"], initial=1.0))
     top = max(16384.0, 2048.0 * size)
     if top <= 16384.0:
         return BATCH_GRID
-    extra = np.geomspace(16384.0, top, int(np.ceil(np.log2(top / 16384.0) * 4)) + 1)[1:]
-    return np.unique(np.concatenate([BATCH_GRID, np.round(extra)]))
+    steps = np.arange(1, int(np.ceil(np.log2(top / 16384.0) * 4)) + 1)
+    return np.unique(np.concatenate([BATCH_GRID, np.round(16384.0 * 2.0 ** (steps / 4))]))
 
 
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | None = None,
