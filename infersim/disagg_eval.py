@@ -144,7 +144,7 @@ class DisaggChoice:
                 "kv_transfer_tier": "scale-up" if inside else "scale-out"}
 
 
-def _split(pool: PrefillPool, r_d, s_d, t_d, limit: float, n: int):
+def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int):
     """Best integer split per decode point (1-D arrays r_d, s_d, t_d over the points).
 
     Per prefill option the admissible rate c_p = μ·ρ_max follows from the TTFT budget left after
@@ -204,7 +204,11 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     r_d = batch * L / (stats.osl_mean * t_d)
     s_d = lay.tp * lay.pp
     slo = scenario.slo
-    limit = (slo.ttft_ms if slo.ttft_ms is not None else 1e12) * 1e-3
+    # the TTFT budget honours every limit that TTFT enters: p99 TTFT, and p99 end-to-end less the
+    # longest requests' decode (e2e = TTFT + OSL_p99·TPOT for decode-only workers)
+    limit = np.full(np.shape(t_d), (slo.ttft_ms if slo.ttft_ms is not None else 1e12) * 1e-3)
+    if slo.e2e_ms is not None:
+        limit = np.minimum(limit, slo.e2e_ms * 1e-3 - stats.osl_p99 * t_d / L)
     hw = plan.hardware
     domain = hw.scale_up.domain_size
     tiers = [(accelerators, accelerators <= domain)]
@@ -220,7 +224,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     value, pw, dw = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     for k, (n, inside) in enumerate(tiers):
         pool = prefill_pool(plan, stats, n, slo.percentile, inside)
-        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), limit, n)
+        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), flat(limit), n)
         better = v > value[idx]
         for arr, new_vals in ((value, v), (pw, p_k), (dw, d_k), (choice.option, opt)):
             arr[idx] = np.where(better, new_vals, arr[idx])
