@@ -49,18 +49,28 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
         ("$ per M output tokens", f"{_num(d['usd_per_million_tokens'], 3)}"),
         ("$ per M input tokens", f"{_num(d['usd_per_million_input_tokens'], 3)}"),
     ]
-    layout = f"tp {c['tp']} · pp {c['pp']} · ep {c['ep']} · attention-dp {c['dp']}"
+    def lay(x: dict) -> str:
+        return f"tp {x['tp']} · pp {x['pp']} · ep {x['ep']} · attention-dp {x['dp']}"
+
+    size = c["tp"] * c["pp"]
+    idle = c.get("idle_accelerators") or 0
+    if c.get("disaggregated") and "prefill_layout" in c:
+        p = c["prefill_layout"]
+        pools = [("decode workers", f"{c['decode_workers']} × {size} accelerators, {lay(c)}"),
+                 ("prefill workers", f"{c['prefill_workers']} × {p['tp'] * p['pp']} accelerators, {lay(p)}"),
+                 ("KV transfer", f"over the {c.get('kv_transfer_tier', '?')} network")]
+    else:
+        pools = [("layout per instance", lay(c)), ("instances", f"{c['replicas']} × {size} accelerators")]
+    if idle:
+        pools.append(("idle accelerators", f"{idle} (no layout uses them profitably)"))
     conf = [
-        ("layout per instance", layout),
-        ("instances", f"{c['replicas']} of {c['tp'] * c['pp']} accelerators"),
+        *pools,
         ("batch (sequences per instance)", f"{_num(c['batch'], 0)} (memory allows {_num(c['max_batch'], 0)})"),
         ("formats", f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"),
         ("optimizations", ", ".join(c["optimizations"]) or "none"),
     ]
     if c.get("mtp_depth"):
         conf.append(("MTP", f"depth {c['mtp_depth']}, {c['tokens_per_step']:.2f} tokens per step"))
-    if c.get("disaggregated"):
-        conf.append(("disaggregated pools", f"prefill {c['prefill_accelerators']:.1f} / decode {c['decode_accelerators']:.1f} accelerators"))
     b = d["breakdown"]
     step = b["step_s"]
     bt = Table(title=f"decode step {step * 1e3:.2f} ms — bound: {b['bound']}", title_justify="left")
