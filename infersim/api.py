@@ -43,7 +43,8 @@ def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest) -> Plan
     return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw), search=space,
                 serving=Serving(prefix_share=sc.workload.prefix_share_fraction),
                 kernel_efficiency=preset.kernel_efficiency, moe_kernel_efficiency=preset.moe_kernel_efficiency,
-                host_overhead_scale=preset.host_overhead_scale)
+                host_overhead_scale=preset.host_overhead_scale,
+                engine=preset.engine_for(inputs.model_id, getattr(sc, "kind", "offline")))
 
 
 def context(inputs: Inputs) -> opt.Context:
@@ -163,7 +164,8 @@ _EXPLAIN = {
     "SLO_TPOT": "no configuration meets the p99 TPOT limit",
     "SLO_E2E": "no configuration meets the p99 end-to-end limit",
     "SATURATED": "the offered load saturates every configuration",
-    "BATCH_LIMIT": "the batch limit excludes every configuration",
+    "BATCH_LIMIT": "the batch limit (scenario max_batch or the engine's max_batch_size per rank) excludes every configuration",
+    "TOKEN_BUDGET": "prompts do not fit the engine's max_num_tokens beside the busiest rank's decode tokens",
     "NO_LAYOUT": "no layout fits this accelerator count",
 }
 

@@ -1,0 +1,340 @@
+"""Iteration-level model of a serving engine with d attention ranks (closed form, over the grid).
+
+The engine (TensorRT-LLM PyTorch executor with attention data parallelism; vLLM/SGLang and dense
+models are the case d = 1 with no gate) runs iterations back to back. In every iteration each of
+the d attention ranks advances its running sequences by one decode step; the ranks synchronise at
+every MoE layer, so an iteration lasts as long as its busiest rank. Prompts are admitted only at
+*context iterations*: with the attention-DP admission gate on (``plan.engine.gate_timeout_iters``
+> 0, d > 1), a rank's waiting prompts are held until every rank has one (then ``gate_wait_iters``
+more iterations) or until the gate times out; with the gate off every iteration admits. A context
+iteration is a decode iteration stretched by the prefill of the prompts it admits (stalling every
+sequence's decode), set by the rank holding the most prompt tokens.
+
+Per grid point (mean occupancy B per instance, layout, plan):
+
+- decode iteration t_d: ``step_cost`` with every rank padded to the captured CUDA-graph size of the
+  busiest rank (per-rank occupancy Poisson(B/d), the M/G/inf occupancy; eager above the largest
+  captured size), KV reads of the B real sequences;
+- gate period G (iterations between context iterations): per-rank arrivals per iteration
+  a = B·L/(OSL·d) (Little's law on the decode side), P(every rank has a prompt after k iterations)
+  = (1 − e^(−a·k))^d, the timeout T, the extra wait W, and immediate admission when some rank has
+  no running sequence (probability 1 − (1 − e^(−B/d))^d);
+- prompt tokens of the busiest rank per context iteration: the maximum of d independent compound
+  Poisson sums over the ISL distribution (exact distribution by FFT below 48 expected prompts per
+  rank, normal above), giving the rank-imbalance factor of the prefill cost;
+- the period C = G·t_d + X (X the stall), its mean and variance by the compound-Poisson recursion,
+  the arrival rate from Little's law, TTFT and TPOT means and p-quantiles (``serving`` machinery);
+- limits: mean per-rank occupancy within ``max_batch_size`` and the chance a rank is full at most
+  1 − q (else ``Reason.BATCH_LIMIT``); with non-chunked prefill the longest prompt plus the rank's
+  decode tokens must fit ``max_num_tokens`` and the busiest rank's q-quantile prompt tokens per
+  context iteration must fit it too (else ``Reason.TOKEN_BUDGET``); with chunked prefill a context
+  iteration is split into ceil(tokens / free budget) iterations.
+
+With the gate off, d = 1, no token budget and every size captured this is exactly
+``serving.server`` (tests/test_scheduler.py). Validated against ``des.simulate_engine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .engine import step_cost
+from .errors import Reason, require
+from .graph import Layout, Shape
+from .plan import Plan
+from .serving import ServingResult, WorkloadStats, _prefill, _two_gamma_quantile, gamma_cdf, mixture_z, prefix_hit
+from statistics import NormalDist
+
+FFT_MAX_COUNT = 48.0
+"""Expected prompts per rank per context iteration above which the busiest rank's prompt tokens
+use the normal approximation of each rank's compound Poisson sum."""
+
+
+@dataclass
+class EngineResult(ServingResult):
+    """``ServingResult`` plus the scheduler's own figures (per instance, arrays)."""
+
+    iteration_s: np.ndarray | None = None
+    """Mean iteration time (decode and context iterations together)."""
+    decode_iteration_s: np.ndarray | None = None
+    gate_iters: np.ndarray | None = None
+    """Mean iterations between context iterations."""
+    busiest_prompt_tokens: np.ndarray | None = None
+    """Mean prompt tokens of the busiest rank in a context iteration."""
+    ttft_p50: np.ndarray | None = None
+    tpot_p50: np.ndarray | None = None
+    ok: np.ndarray | None = None
+    reason: np.ndarray | None = None
+
+
+# ---- busiest rank's prompt tokens ----------------------------------------------------------------
+
+def _max_normal_moments(d: int, n: int = 4001) -> tuple[float, float]:
+    """Mean and variance of the largest of d independent standard normals (numerical)."""
+    z = np.linspace(-8, 8, n)
+    cdf = NormalDist().cdf
+    F = np.array([cdf(v) for v in z]) ** d
+    pdf = np.gradient(F, z)
+    m = float(np.trapezoid(z * pdf, z))
+    return m, float(np.trapezoid(z * z * pdf, z)) - m * m
+
+
+@lru_cache(maxsize=64)
+def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """(m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+    x = np.asarray(isl_points, dtype=float)
+    p = np.asarray(isl_probs, dtype=float)
+    p = p / p.sum()
+    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    ms = np.geomspace(1e-3, 1e4, 141)
+    emax, vmax = np.empty_like(ms), np.empty_like(ms)
+    en, vn = _max_normal_moments(d)
+    small = ms <= FFT_MAX_COUNT
+    big = ~small
+    emax[big] = ms[big] * mu + np.sqrt(ms[big] * m2) * en
+    vmax[big] = ms[big] * m2 * vn
+    # exact compound Poisson on a token grid: bins of w tokens, pmf by FFT of exp(m(φ − 1))
+    w = max(1.0, float(x.max()) / 256.0)
+    top = FFT_MAX_COUNT * mu + 14.0 * np.sqrt(FFT_MAX_COUNT * m2) + x.max()
+    n = int(2 ** np.ceil(np.log2(top / w + 2)))
+    pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
+    phi = np.fft.rfft(pmf)
+    grid = np.arange(n) * w
+    for i in np.nonzero(small)[0]:
+        cp = np.fft.irfft(np.exp(ms[i] * (phi - 1.0)), n)
+        cdf = np.clip(np.cumsum(np.maximum(cp, 0.0)), 0.0, 1.0)
+        cdf /= cdf[-1]
+        fmax = cdf ** d
+        pm = np.diff(np.concatenate([[0.0], fmax]))
+        e = float(np.sum(pm * grid))
+        emax[i] = e
+        vmax[i] = float(np.sum(pm * grid * grid)) - e * e
+    # the discretisation shifts lengths by < w/2: rescale the means so d = 1 gives m·E[ISL]
+    return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
+
+
+def busiest_tokens(stats: WorkloadStats, count, d):
+    """Mean and variance of the busiest rank's prompt tokens when each of d ranks receives a
+    compound Poisson number of prompts with mean ``count`` (arrays broadcast; d is an integer array)."""
+    count, d = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(d))
+    e_out = count * stats.isl_mean
+    v_out = count * stats.isl_sq
+    if stats.isl_points is None:
+        return e_out, v_out
+    for dv in np.unique(d):
+        if dv <= 1:
+            continue
+        lm, em, vm, _, _ = _busiest_table(tuple(stats.isl_points), tuple(stats.isl_probs), int(dv))
+        sel = d == dv
+        c = np.clip(count[sel], 1e-3, 1e4)
+        # below the table, E[max] → d·(count·E[ISL]) (at most one rank holds a prompt)
+        e_out[sel] = np.interp(np.log(c), lm, em) * count[sel] / c
+        v_out[sel] = np.interp(np.log(c), lm, vm) * count[sel] / c
+    return e_out, v_out
+
+
+# ---- padded decode batch ---------------------------------------------------------------------------
+
+def _poisson_cdf(k, mean):
+    """P(Poisson(mean) ≤ k), k ≥ 0 integer arrays (Wilson-Hilferty via the gamma relation)."""
+    k = np.asarray(k, dtype=float)
+    mean = np.maximum(np.asarray(mean, dtype=float), 1e-12)
+    # P(N ≤ k) = P(Gamma(k + 1, 1) > mean)
+    return 1.0 - gamma_cdf(mean, k + 1.0, k + 1.0)
+
+
+def padded_rows(plan: Plan, batch, d):
+    """Expected decode rows per rank: the busiest rank's occupancy (Poisson(B/d) per rank) padded up
+    to the next captured graph size (eager, unpadded, above the largest)."""
+    b = np.asarray(batch, dtype=float) / d
+    sizes = plan.engine.graph_sizes
+    if sizes is None and np.all(np.asarray(d) == 1):
+        return b + 0.0 * d
+    # E[max of d Poisson(b)] by a normal-with-continuity tail sum on a per-point support
+    sd = np.sqrt(np.maximum(b, 1e-12))
+    top = b + 8.0 * sd + 8.0
+    n_pts = 96
+    u = np.linspace(0.0, 1.0, n_pts + 1)
+    lo = np.maximum(np.floor(b - 8.0 * sd - 8.0), 0.0)
+    ks = np.floor(lo[..., None] + u * (top - lo)[..., None])  # increasing integer support points
+    fmax = _poisson_cdf(ks, b[..., None]) ** np.asarray(d, dtype=float)[..., None]
+    pm = np.diff(np.concatenate([np.zeros_like(fmax[..., :1]), fmax], axis=-1), axis=-1)
+    vals = np.maximum(ks, 1.0)
+    if sizes:
+        s = np.asarray(sizes, dtype=float)
+        idx = np.searchsorted(s, vals, side="left")
+        vals = np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], vals)
+    padded = np.sum(pm * vals, axis=-1) / np.maximum(np.sum(pm, axis=-1), 1e-30)
+    if sizes is None:  # one rank, every size captured: the mean occupancy itself
+        padded = np.where(np.asarray(d) == 1, b, padded)
+    return padded
+
+
+# ---- admission gate ----------------------------------------------------------------------------------
+
+def gate_moments(plan: Plan, batch, d, L, osl_mean):
+    """E[G], Var[G] of the iterations between context iterations (1, 0 with the gate off)."""
+    e = plan.engine
+    d = np.asarray(d, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    on = (d > 1) & (e.gate_timeout_iters > 0)
+    if not np.any(on):
+        z = np.zeros(np.broadcast(batch, d).shape)
+        return z + 1.0, z
+    T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
+    a = batch * L / (osl_mean * d)
+    p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
+    alive = np.ones(np.broadcast(a, d).shape)       # no admission yet, not every rank has a prompt
+    f_prev = np.zeros_like(alive)
+    m1 = np.zeros_like(alive)
+    m2 = np.zeros_like(alive)
+    for k in range(1, T + 1):
+        f = (1.0 - np.exp(-a * k)) ** d
+        h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
+        g_all = k + W * (1.0 - p_idle)
+        m1 += alive * h_all * g_all
+        m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
+        rest = alive * (1.0 - h_all)
+        waiting = 1.0 - np.exp(-a * d * k)
+        h_idle = p_idle * waiting if k < T else 1.0
+        m1 += rest * h_idle * k
+        m2 += rest * h_idle * k * k
+        alive = rest * (1.0 - h_idle)
+        f_prev = f
+    m1 = np.where(on, m1, 1.0)
+    var = np.where(on, np.maximum(m2 - m1 * m1, 0.0), 0.0)
+    return m1, var
+
+
+# ---- the engine -----------------------------------------------------------------------------------------
+
+def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
+           workers=1.0) -> EngineResult:
+    """Poisson arrivals into one instance at mean occupancy B (Server/Interactive)."""
+    q = percentile / 100.0
+    e = plan.engine
+    L = plan.serving.tokens_per_step
+    dq = 1.0 + plan.serving.draft_depth
+    d = np.asarray(layout.dp, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
+    rows = padded_rows(plan, batch, d)
+    ctx = stats.context_mean * batch / np.maximum(rows * d, 1e-30)
+    decode = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx)
+    cost = step_cost(plan, layout, decode)
+    t_d = cost.total
+    eg, vg = gate_moments(plan, batch, d, L, stats.osl_mean)
+    # prompts per context iteration (at least one) and the busiest rank's tokens
+    n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
+    big_mean, big_var = busiest_tokens(stats, n / d, d)
+    imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
+    mixed = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx, prefill_seqs=n, prefill_len=plen,
+                  prefill_len_sq=plen_sq, prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches)
+    s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
+    s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
+    # per-token cost of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
+    s_tok = s_mean * n / np.maximum(big_mean, 1e-30) * (plen / max(stats.isl_mean, 1e-30))
+    # chunked prefill: a context iteration whose busiest rank exceeds the free budget is split
+    free = np.inf if e.max_num_tokens is None else e.max_num_tokens - batch / d * dq
+    if e.chunked_prefill and e.max_num_tokens is not None:
+        extra = np.maximum(big_mean * plen / stats.isl_mean / np.maximum(free, 1.0) - 1.0, 0.0)
+        eg = eg + extra
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var * (plen / stats.isl_mean) ** 2, eg, vg, batch, d, L, stats, q, cost)
+    ok, reason = limits(plan, batch, d, stats, q, big_mean * plen / stats.isl_mean, big_var * (plen / stats.isl_mean) ** 2, dq)
+    res.ok, res.reason = ok, reason
+    res.busiest_prompt_tokens = big_mean * plen / stats.isl_mean
+    return res
+
+
+def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost) -> EngineResult:
+    """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
+    one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
+    rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+    rho = rate * s_mean
+    c_mean = eg * t_d / (1.0 - rho)
+    if one:
+        vx = rate * c_mean * s_sq
+    else:
+        vx = np.where(d > 1, s_tok * s_tok * big_var, rate * c_mean * s_sq)
+    c_var = (t_d * t_d * vg + vx) / (1.0 - rho * rho)
+    c_sq = c_var + c_mean**2
+    k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
+    theta = c_mean / k
+    c_cube = theta**3 * k * (k + 1) * (k + 2)
+    c_star = c_sq / c_mean
+    c_star_var = np.maximum(c_cube / c_mean - c_star**2, 0.0)
+    s_var = np.maximum(s_sq - s_mean**2, 0.0)
+    idle = np.exp(-np.asarray(batch, dtype=float))
+    busy = 1.0 - idle
+    b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
+    if one:
+        x_next_var = s_var + rate * s_sq * c_star
+    else:
+        x_next_var = np.where(d > 1, s_tok * s_tok * big_var * c_star / c_mean + s_var / d, s_var + rate * s_sq * c_star)
+    b_var = c_cube / c_mean / 12.0 + x_next_var + (0.5 + rho) ** 2 * c_star_var
+    i_mean = t_d + s_mean
+    ttft_mean = busy * b_mean + idle * i_mean
+    ttft_p = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, q)
+    ttft_p50 = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, 0.5)
+    it_mean = c_mean / eg
+    tpot_mean = it_mean / L
+    # variance per iteration of a long run: the stalls' variance and the count of context iterations
+    x_mean = c_mean - eg * t_d
+    c_var_it = (np.maximum(c_var - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
+    n_it = np.maximum(stats.osl_points / L - 1.0, 1.0)
+    amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L
+    tpot_p = tpot_mean + amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)
+    tpot_p50 = tpot_mean  # the normal mixture is symmetric about the mean
+    n99 = stats.osl_p99 / L
+    e2e = ttft_p + n99 * it_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho))
+    return EngineResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p,
+                        tpot_mean=tpot_mean, tpot_p99=tpot_p, e2e_p99=e2e, step=cost, prefill_share=rho,
+                        iteration_s=it_mean, decode_iteration_s=t_d + 0.0 * it_mean, gate_iters=eg + 0.0 * it_mean,
+                        ttft_p50=ttft_p50, tpot_p50=tpot_p50)
+
+
+def limits(plan: Plan, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=None, dq: float = 1.0):
+    """Engine limits as a mask and reason codes: batch cap per rank, token budget per iteration."""
+    e = plan.engine
+    b = np.asarray(batch, dtype=float) / d
+    shape = np.broadcast(b, big_mean if big_mean is not None else 0.0).shape
+    ok = np.ones(shape, dtype=bool)
+    reason = np.zeros(shape, dtype=np.int8)
+    if e.max_batch_size is not None:
+        cap = float(e.max_batch_size)
+        # the chance a rank is full (Poisson occupancy) stays below 1 − q
+        full = 1.0 - _poisson_cdf(cap - 1.0, b)
+        ok, reason = require(ok, reason, (b <= cap) & (full <= 1.0 - q), Reason.BATCH_LIMIT)
+    if e.max_num_tokens is not None:
+        free = e.max_num_tokens - b * dq
+        if e.chunked_prefill:
+            # a rank must clear its prompt tokens on average: stall iterations cannot all be context
+            fits = free > 0
+        else:
+            fits = stats.isl_max <= free
+            if big_mean is not None:
+                fits &= big_mean + NormalDist().inv_cdf(q) * np.sqrt(np.maximum(big_var, 0.0)) <= free
+        ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
+    return ok, reason
+
+
+def offline_limits(plan: Plan, layout: Layout, batch, stats: WorkloadStats):
+    """Offline: the batch cap per rank and the per-rank tokens of a steady-state step within budget."""
+    e = plan.engine
+    d = np.asarray(layout.dp, dtype=float)
+    b = np.asarray(batch, dtype=float) / d
+    ok = np.ones(np.broadcast(b, d).shape, dtype=bool)
+    reason = np.zeros(ok.shape, dtype=np.int8)
+    if e.max_batch_size is not None:
+        ok, reason = require(ok, reason, b <= e.max_batch_size, Reason.BATCH_LIMIT)
+    if e.max_num_tokens is not None:
+        dq = 1.0 + plan.serving.draft_depth
+        prompt = b * plan.serving.tokens_per_step / stats.osl_mean * stats.isl_mean
+        fits = b * dq + prompt <= e.max_num_tokens
+        if not e.chunked_prefill:
+            fits &= b * dq + stats.isl_max <= e.max_num_tokens
+        ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
+    return ok, reason
