@@ -36,7 +36,7 @@ With the gate off, d = 1, no token budget and every size captured this is exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -63,6 +63,8 @@ class EngineResult(ServingResult):
     gate_iters: np.ndarray | None = None
     """Mean iterations between context iterations."""
     busiest_prompt_tokens: np.ndarray | None = None
+    decode_rows: np.ndarray | None = None
+    """Expected decode rows per rank (busiest rank padded to its captured graph size)."""
     """Mean prompt tokens of the busiest rank in a context iteration."""
     ttft_p50: np.ndarray | None = None
     tpot_p50: np.ndarray | None = None
@@ -146,11 +148,11 @@ def _poisson_cdf(k, mean):
     return 1.0 - gamma_cdf(mean, k + 1.0, k + 1.0)
 
 
-def padded_rows(plan: Plan, batch, d):
+def padded_rows(engine, batch, d):
     """Expected decode rows per rank: the busiest rank's occupancy (Poisson(B/d) per rank) padded up
     to the next captured graph size (eager, unpadded, above the largest)."""
     b = np.asarray(batch, dtype=float) / d
-    sizes = plan.engine.graph_sizes
+    sizes = engine.graph_sizes
     if sizes is None and np.all(np.asarray(d) == 1):
         return b + 0.0 * d
     # E[max of d Poisson(b)] by a normal-with-continuity tail sum on a per-point support
@@ -175,9 +177,12 @@ def padded_rows(plan: Plan, batch, d):
 
 # ---- admission gate ----------------------------------------------------------------------------------
 
-def gate_moments(plan: Plan, batch, d, L, osl_mean):
-    """E[G], Var[G] of the iterations between context iterations (1, 0 with the gate off)."""
-    e = plan.engine
+def gate_moments(e, batch, d, per_iter, offset=0.0):
+    """E[G], Var[G] of the iterations between context iterations (1, 0 with the gate off).
+
+    ``per_iter`` + ``offset``: a rank's mean arrivals by the k-th check after an admission are
+    per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall).
+    """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
     on = (d > 1) & (e.gate_timeout_iters > 0)
@@ -185,20 +190,20 @@ def gate_moments(plan: Plan, batch, d, L, osl_mean):
         z = np.zeros(np.broadcast(batch, d).shape)
         return z + 1.0, z
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
-    a = batch * L / (osl_mean * d)
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
-    alive = np.ones(np.broadcast(a, d).shape)       # no admission yet, not every rank has a prompt
+    alive = np.ones(np.broadcast(per_iter, offset, d).shape)       # no admission yet, not every rank has a prompt
     f_prev = np.zeros_like(alive)
     m1 = np.zeros_like(alive)
     m2 = np.zeros_like(alive)
     for k in range(1, T + 1):
-        f = (1.0 - np.exp(-a * k)) ** d
+        mk = per_iter * k + offset
+        f = (1.0 - np.exp(-mk)) ** d
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
         g_all = k + W * (1.0 - p_idle)
         m1 += alive * h_all * g_all
         m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
         rest = alive * (1.0 - h_all)
-        waiting = 1.0 - np.exp(-a * d * k)
+        waiting = 1.0 - np.exp(-mk * d)
         h_idle = p_idle * waiting if k < T else 1.0
         m1 += rest * h_idle * k
         m2 += rest * h_idle * k * k
@@ -213,39 +218,71 @@ def gate_moments(plan: Plan, batch, d, L, osl_mean):
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> EngineResult:
-    """Poisson arrivals into one instance at mean occupancy B (Server/Interactive)."""
-    q = percentile / 100.0
-    e = plan.engine
-    L = plan.serving.tokens_per_step
+    """Poisson arrivals into one instance at mean occupancy B (Server/Interactive), costed by
+    ``step_cost``: decode iterations at the padded per-rank batch, the prefill increment of a
+    context iteration at the number of prompts it admits and the busiest rank's share."""
     dq = 1.0 + plan.serving.draft_depth
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
-    rows = padded_rows(plan, batch, d)
-    ctx = stats.context_mean * batch / np.maximum(rows * d, 1e-30)
-    decode = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx)
-    cost = step_cost(plan, layout, decode)
-    t_d = cost.total
-    eg, vg = gate_moments(plan, batch, d, L, stats.osl_mean)
-    # prompts per context iteration (at least one) and the busiest rank's tokens
-    n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
-    big_mean, big_var = busiest_tokens(stats, n / d, d)
-    imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
-    mixed = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx, prefill_seqs=n, prefill_len=plen,
-                  prefill_len_sq=plen_sq, prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches)
-    s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
-    s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
-    # per-token cost of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
-    s_tok = s_mean * n / np.maximum(big_mean, 1e-30) * (plen / max(stats.isl_mean, 1e-30))
-    # chunked prefill: a context iteration whose busiest rank exceeds the free budget is split
-    free = np.inf if e.max_num_tokens is None else e.max_num_tokens - batch / d * dq
-    if e.chunked_prefill and e.max_num_tokens is not None:
-        extra = np.maximum(big_mean * plen / stats.isl_mean / np.maximum(free, 1.0) - 1.0, 0.0)
-        eg = eg + extra
-    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var * (plen / stats.isl_mean) ** 2, eg, vg, batch, d, L, stats, q, cost)
-    ok, reason = limits(plan, batch, d, stats, q, big_mean * plen / stats.isl_mean, big_var * (plen / stats.isl_mean) ** 2, dq)
-    res.ok, res.reason = ok, reason
-    res.busiest_prompt_tokens = big_mean * plen / stats.isl_mean
+    ctx_tokens = stats.context_mean * batch
+    cache = {}
+
+    def decode_time(rows):
+        shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx_tokens / np.maximum(rows * d, 1e-30))
+        cache["decode"] = (shape, step_cost(plan, layout, shape))
+        return cache["decode"][1].total
+
+    def prefill_time(n, imb):
+        shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
+                        prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches)
+        return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
+
+    res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
+                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean)
+    res.step = cache["decode"][1]
+    return res
+
+
+def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, decode_time, prefill_time, *,
+                 dq: float = 1.0, prompt_scale: float = 1.0) -> EngineResult:
+    """The scheduler's closed form for given iteration costs.
+
+    ``decode_time(rows)``: decode iteration time with ``rows`` sequences per rank (padded);
+    ``prefill_time(n, imbalance)``: extra context-iteration time per prompt when n prompts are
+    admitted together and the busiest rank holds ``imbalance`` × the mean rank's prompt tokens.
+    ``prompt_scale``: prompt tokens actually prefilled per ISL token (prefix-cache misses).
+    """
+    d = np.asarray(d, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    rows = padded_rows(engine, batch, d)
+    t_d = decode_time(rows)
+    # Little's law on the decode side: B·L/OSL prompts arrive per iteration
+    per_iter = batch * L / (stats.osl_mean * d)
+    eg, vg = gate_moments(engine, batch, d, per_iter)
+    gated = (d > 1) & (engine.gate_timeout_iters > 0)
+    for _ in range(3 if np.any(gated) else 1):
+        # prompts per context iteration (at least one) and the busiest rank's tokens
+        n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
+        big_mean, big_var = busiest_tokens(stats, n / d, d)
+        imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
+        s_mean = prefill_time(n, imb)
+        if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
+            rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+            stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
+            eg, vg = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d)
+    s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
+    big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
+    # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
+    s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
+    if engine.chunked_prefill and engine.max_num_tokens is not None:
+        # a context iteration whose busiest rank exceeds the free budget is split
+        free = engine.max_num_tokens - batch / d * dq
+        eg = eg + np.maximum(big_mean / np.maximum(free, 1.0) - 1.0, 0.0)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats, q, None)
+    res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
+    res.busiest_prompt_tokens = big_mean
+    res.decode_rows = rows
     return res
 
 
@@ -296,9 +333,8 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
                         ttft_p50=ttft_p50, tpot_p50=tpot_p50)
 
 
-def limits(plan: Plan, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=None, dq: float = 1.0):
+def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=None, dq: float = 1.0):
     """Engine limits as a mask and reason codes: batch cap per rank, token budget per iteration."""
-    e = plan.engine
     b = np.asarray(batch, dtype=float) / d
     shape = np.broadcast(b, big_mean if big_mean is not None else 0.0).shape
     ok = np.ones(shape, dtype=bool)
