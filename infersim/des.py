@@ -389,6 +389,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                     chunk_left[r] = None
                 else:
                     chunk_left[r] = (req, left - step)
+                    spilled = spilled or (admit and len(waiting[r]) > 0)
                     continue
             if not admit:
                 continue
@@ -428,9 +429,10 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
         if sizes is not None and rows <= sizes[-1]:
             rows = sizes[bisect_left(sizes, rows)] if rows > 0 else sizes[0]
         t_it = float(decode_time(rows)) + s_tok * max(tokens)
-        if admit and took:
+        if admit and (took or spilled):
             n_adm_iters += 1
             n_spill += spilled
+        if admit and took:
             if last_adm_k is not None:
                 gaps.append(k - last_adm_k)
             last_adm_k = k
@@ -459,6 +461,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     ttft = (first - arr)[sel]
     dec = sel & (m > 0)
     tpot = (done - first)[dec] / (m[dec] * L)
+    if len(ttft) == 0 or len(tpot) == 0:  # nothing measured finished: the engine is stuck or saturated
+        ttft = tpot = np.array([np.inf])
     span = it_time_sum
     q = percentile
     tokens_out = float(np.sum(olen[(done >= w0) & (done <= w0 + span)]))

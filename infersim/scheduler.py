@@ -275,11 +275,21 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
     # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
     s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
+    chunk_wait = 0.0
     if engine.chunked_prefill and engine.max_num_tokens is not None:
-        # a context iteration whose busiest rank exceeds the free budget is split
-        free = engine.max_num_tokens - batch / d * dq
-        eg = eg + np.maximum(big_mean / np.maximum(free, 1.0) - 1.0, 0.0)
+        # a rank prefills at most its free budget per iteration: the busiest rank's prompts take
+        # ceil(tokens / free) context iterations, and prompt tokens queue at that service rate
+        # (M/D/1 wait at utilisation u = prompt tokens arriving per iteration / free)
+        free = np.maximum(engine.max_num_tokens - batch / d * dq, 1.0)
+        eg = eg + np.maximum(big_mean / free - 1.0, 0.0)
+        u = per_iter * stats.isl_mean * prompt_scale / free
+        per_prompt = stats.isl_mean * prompt_scale / free
+        chunk_wait = np.where(u < 1, per_prompt * (np.maximum(per_prompt - 1.0, 0.0) + u / (2.0 * np.maximum(1.0 - u, 1e-9))), np.inf)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats, q, None)
+    if engine.chunked_prefill and engine.max_num_tokens is not None:
+        extra = chunk_wait * res.iteration_s
+        res.ttft_mean, res.ttft_p99, res.ttft_p50 = res.ttft_mean + extra, res.ttft_p99 + extra, res.ttft_p50 + extra
+        res.e2e_p99 = res.e2e_p99 + extra
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -347,12 +357,17 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
     if e.max_num_tokens is not None:
         free = e.max_num_tokens - b * dq
         if e.chunked_prefill:
-            # a rank must clear its prompt tokens on average: stall iterations cannot all be context
-            fits = free > 0
+            # prompt tokens arriving per iteration must stay below the free budget (else the
+            # prefill queue grows without bound)
+            per_iter_tokens = b * stats.isl_mean / stats.osl_mean
+            fits = per_iter_tokens < free
         else:
             fits = stats.isl_max <= free
             if big_mean is not None:
-                fits &= big_mean + NormalDist().inv_cdf(q) * np.sqrt(np.maximum(big_var, 0.0)) <= free
+                # q-quantile of the busiest rank's prompt tokens (gamma fit: right-skewed sums)
+                bm = np.maximum(big_mean, 1e-9)
+                tail = 1.0 - gamma_cdf(np.maximum(free, 0.0), bm, np.maximum(big_var, 1e-9 * bm * bm))
+                fits &= tail <= 1.0 - q
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
 
