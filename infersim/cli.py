@@ -343,6 +343,7 @@ def run_cmd(
     tco_kwh: float = typer.Option(0.10, "--tco-usd-per-kwh", help="TCO mode: electricity price, US$/kWh."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
     explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
+    qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, report, tco
@@ -353,7 +354,7 @@ def run_cmd(
         price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
-                       params=api.parse_param_overrides(set_ or []), price_per_hour=price)
+                       params=api.parse_param_overrides(set_ or []), price_per_hour=price, qps=qps)
     d = pred.to_dict()
     if fmt == OutputFormat.json:
         if explain:

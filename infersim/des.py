@@ -281,7 +281,7 @@ class EngineDes:
     budget_spill_share: float
     """Share of admitting iterations where a rank left a prompt waiting for lack of token budget."""
     blocked: bool
-    """A prompt could never fit the free token budget of its rank (non-chunked)."""
+    """A prompt did not fit, alone, the budget left beside its rank's decode tokens (non-chunked)."""
     n_requests: int
     wall_s: float
 
@@ -414,7 +414,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                 else:
                     if need > free:
                         spilled = True
-                        blocked = blocked or need > budget  # cannot fit even an empty rank
+                        blocked = blocked or tokens[r] == 0  # alone beside the rank's decode tokens
                         break
                     w.popleft()
                     running[r] += 1

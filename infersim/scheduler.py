@@ -27,8 +27,8 @@ Per grid point (mean occupancy B per instance, layout, plan):
 - limits: mean per-rank occupancy within ``max_batch_size`` and the chance a rank is full at most
   1 − q (else ``Reason.BATCH_LIMIT``); with non-chunked prefill the longest prompt plus the rank's
   decode tokens must fit ``max_num_tokens`` and the busiest rank's q-quantile prompt tokens per
-  context iteration must fit it too (else ``Reason.TOKEN_BUDGET``); with chunked prefill a context
-  iteration is split into ceil(tokens / free budget) iterations.
+  prompt tokens must arrive slower than one free budget per iteration (else ``Reason.TOKEN_BUDGET``);
+  with chunked prefill a context iteration is split into ceil(tokens / free budget) iterations.
 
 With the gate off, d = 1, no token budget and every size captured this is exactly
 ``serving.server`` (tests/test_scheduler.py). Validated against ``des.simulate_engine``.
@@ -240,7 +240,7 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
                        prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean)
-    res.step = cache["decode"][1]
+    res.shape, res.step = cache["decode"]
     return res
 
 
@@ -362,12 +362,10 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
             per_iter_tokens = b * stats.isl_mean / stats.osl_mean
             fits = per_iter_tokens < free
         else:
-            fits = stats.isl_max <= free
-            if big_mean is not None:
-                # q-quantile of the busiest rank's prompt tokens (gamma fit: right-skewed sums)
-                bm = np.maximum(big_mean, 1e-9)
-                tail = 1.0 - gamma_cdf(np.maximum(free, 0.0), bm, np.maximum(big_var, 1e-9 * bm * bm))
-                fits &= tail <= 1.0 - q
+            # the longest prompt must fit beside the rank's decode tokens (else it blocks its rank,
+            # FCFS), and prompt tokens must arrive slower than one free budget per iteration;
+            # prompts that together overflow a context iteration only wait for the next one
+            fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean < free)
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
 
@@ -389,3 +387,53 @@ def offline_limits(plan: Plan, layout: Layout, batch, stats: WorkloadStats):
             fits &= b * dq + stats.isl_max <= e.max_num_tokens
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
+
+
+# ---- prediction at a given load ---------------------------------------------------------------------
+
+def at_rate(plan: Plan, layout: Layout, rate, stats: WorkloadStats, percentile: float, workers, b_max,
+            n_grid: int = 240) -> tuple[EngineResult, np.ndarray, np.ndarray]:
+    """The engine at arrival rate ``rate`` per instance: the occupancy B with λ(B) = rate.
+
+    Returns (result at B, B, saturated): λ(B) is evaluated on a geometric occupancy axis up to
+    ``b_max`` (KV capacity; the batch cap per rank × d where lower), B interpolated in log B on its
+    rising part and the engine re-evaluated there. ``saturated`` where no B ≤ b_max reaches the rate.
+    """
+    b_max = float(b_max)
+    axis = np.geomspace(1e-3, max(b_max, 1e-3), n_grid)
+    r = server(plan, layout, axis, stats, percentile, workers)
+    lam = np.where(np.isfinite(r.rate) & (r.prefill_share < 1), r.rate, 0.0)
+    top = int(np.argmax(lam))
+    saturated = np.asarray(rate > lam[top])
+    rising = np.maximum.accumulate(lam[: top + 1])
+    b = float(np.exp(np.interp(min(rate, lam[top]), rising, np.log(axis[: top + 1]))))
+    return server(plan, layout, np.array([b]), stats, percentile, workers), np.array(b), saturated
+
+
+def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadStats, scenario, qps: float, b_max,
+                    workers) -> tuple[bool, str, dict]:
+    """Prediction at ``qps`` requests/s for the whole system (spread evenly over ``replicas``):
+    (meets every limit, the first broken limit's reason name or '', metrics)."""
+    slo = scenario.slo
+    q = slo.percentile
+    cap = plan.engine.max_batch_size
+    d = float(np.asarray(layout.dp))
+    limit = min(float(b_max), cap * d) if cap is not None else float(b_max)
+    res, b, saturated = at_rate(plan, layout, qps / replicas, stats, q, workers, limit)
+    pick = lambda a: float(np.ravel(a)[0])  # noqa: E731
+    m = {"requests_per_s": qps, "tokens_per_s": qps * stats.osl_mean, "occupancy": pick(b) * replicas,
+         "occupancy_per_instance": pick(b), "occupancy_per_rank": pick(b) / d, "iteration_s": pick(res.iteration_s),
+         "decode_iteration_s": pick(res.decode_iteration_s), "gate_iters": pick(res.gate_iters),
+         "ttft_p50_s": pick(res.ttft_p50), "ttft_s": pick(res.ttft_p99), "ttft_mean_s": pick(res.ttft_mean),
+         "tpot_p50_s": pick(res.tpot_p50), "tpot_s": pick(res.tpot_p99), "tpot_mean_s": pick(res.tpot_mean),
+         "prefill_share": pick(res.prefill_share)}
+    why = ""
+    if bool(saturated):
+        why = "BATCH_LIMIT" if cap is not None and cap * d <= float(b_max) else "SATURATED"
+    elif not bool(np.ravel(res.ok)[0]):
+        why = Reason(int(np.ravel(res.reason)[0])).name
+    elif slo.ttft_ms is not None and m["ttft_s"] > slo.ttft_ms * 1e-3:
+        why = "SLO_TTFT"
+    elif slo.tpot_ms is not None and m["tpot_s"] > slo.tpot_ms * 1e-3:
+        why = "SLO_TPOT"
+    return why == "", why, m

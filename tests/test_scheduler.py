@@ -12,8 +12,8 @@ the batch cap); 12,000 requests per run, seeded.
 
 Tolerances (module docstring of tests/test_queueing.py): means 5 % (throughput, occupancy, mean
 TTFT, mean TPOT), p99 TPOT 10 %, p99 TTFT 15 %; feasibility flags must agree (closed form
-BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slot or of
-admissions spilling for lack of budget above 1 − q).
+BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slot above 1 − q or
+a prompt blocked by the budget left beside its rank's decode tokens).
 
 Measured (seed 3, this module's grid, 2026-11-23): 15 of 33 cases meet every tolerance. The
 misses are listed in KNOWN_GAPS (non-strict xfail) and are the model's open problems:
@@ -25,7 +25,9 @@ misses are listed in KNOWN_GAPS (non-strict xfail) and are the model's open prob
 - with the attention-DP gate, p99 TTFT is 15-23 % high at 30-60 % load: the gamma fit of the gate
   period's length has a longer tail than the period, whose iteration count is bounded by the
   timeout;
-- the spill flag at 90 % load with a non-chunked budget sits right at the 1 % threshold.
+- at 90 % load with the gate and a non-chunked budget, the prompts that overflow a context
+  iteration wait for the next one; the closed form does not model that spill (occupancy and TPOT
+  10-18 % high against the DES, whose spilled prompts run in extra context iterations).
 """
 
 from __future__ import annotations
@@ -117,20 +119,20 @@ def compare(d: int, gate: str, budget: str, load: float):
 
 KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
     (1, "off", "chunk512", 0.3): "ttft_mean -7 %; ttft_p99 -31 %",
-    (1, "off", "chunk512", 0.6): "ttft_mean -13 %; ttft_p99 -42 %; flag closed form ok=True, DES spill 0.010",
-    (1, "off", "chunk512", 0.9): "ttft_mean -39 %; ttft_p99 -68 %; flag closed form ok=True, DES spill 0.065",
+    (1, "off", "chunk512", 0.6): "ttft_mean -13 %; ttft_p99 -42 %",
+    (1, "off", "chunk512", 0.9): "ttft_mean -39 %; ttft_p99 -68 %",
     (8, "off", "chunk512", 0.6): "occupancy +9 %; ttft_mean +8 %; tpot_mean +9 %; tpot_p99 +15 %",
-    (8, "off", "chunk512", 0.9): "occupancy +35 %; ttft_mean +64 %; tpot_mean +36 %; tpot_p99 +37 %; ttft_p99 +26 %; flag",
+    (8, "off", "chunk512", 0.9): "occupancy +35 %; ttft_mean +64 %; tpot_mean +36 %; tpot_p99 +37 %; ttft_p99 +26 %",
     (8, "6/2", "none", 0.9): "ttft_mean +6 %; ttft_p99 +20 %",
-    (8, "6/2", "flat2048", 0.3): "ttft_p99 +23 %",
-    (8, "6/2", "flat2048", 0.6): "ttft_p99 +16 %",
+    (8, "6/2", "flat2048", 0.6): "ttft_p99 +15 %",
+    (8, "6/2", "flat2048", 0.9): "occupancy +10 %; ttft_mean +10 %; tpot_mean +11 %; tpot_p99 +14 %; ttft_p99 +18 %",
     (8, "6/2", "chunk512", 0.6): "occupancy +11 %; ttft_mean -6 %; tpot_mean +12 %; tpot_p99 +13 %; ttft_p99 -41 %",
     (8, "6/2", "chunk512", 0.9): "occupancy +35 %; ttft_mean -30 %; tpot_mean +37 %; tpot_p99 +39 %; ttft_p99 -60 %",
     (8, "9/3", "none", 0.3): "ttft_p99 +17 %",
     (8, "9/3", "none", 0.6): "ttft_p99 +20 %",
-    (8, "9/3", "flat2048", 0.3): "ttft_mean -6 %; ttft_p99 +17 %",
-    (8, "9/3", "flat2048", 0.6): "ttft_p99 +22 %",
-    (8, "9/3", "flat2048", 0.9): "flag: closed form ok, DES spill 0.010",
+    (8, "9/3", "flat2048", 0.3): "ttft_p99 +15 %",
+    (8, "9/3", "flat2048", 0.6): "ttft_p99 +16 %",
+    (8, "9/3", "flat2048", 0.9): "occupancy +16 %; ttft_mean +10 %; tpot_mean +18 %; tpot_p99 +20 %",
     (8, "9/3", "chunk512", 0.3): "ttft_mean -6 %; ttft_p99 -27 %",
     (8, "9/3", "chunk512", 0.6): "occupancy +13 %; ttft_mean -32 %; tpot_mean +14 %; tpot_p99 +15 %; ttft_p99 -58 %",
     (8, "9/3", "chunk512", 0.9): "occupancy +36 %; ttft_mean -63 %; tpot_mean +37 %; tpot_p99 +41 %; ttft_p99 -77 %",
@@ -145,7 +147,8 @@ def _params():
 
 
 def des_ok(sim) -> bool:
-    return sim.slot_wait_share <= 1 - Q and sim.budget_spill_share <= 1 - Q and not sim.blocked
+    """Feasible in the DES: at most 1 − q of requests wait for a slot and no prompt is blocked."""
+    return sim.slot_wait_share <= 1 - Q and not sim.blocked
 
 
 @pytest.mark.parametrize("d, gate, budget, load", list(_params()))
@@ -176,10 +179,11 @@ def test_flags_agree_when_limits_bind():
 def test_reduces_exactly_to_the_server_queue():
     """Gate off, one rank, no budget, every size captured: identical to serving.server."""
     from infersim import api, optimizations as opt
-    from infersim.graph import Layout
+    from infersim.graph import Layout, resolve_formats
+    from infersim.plan import Plan
 
     inp = api.load_inputs("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server")
-    base = api.base_plan(inp, preset=None, layout={"tp": 8, "ep": 8, "dp": None, "pp": None}, batch=None)
+    base = Plan(hardware=inp.hardware, model=inp.model, formats=resolve_formats(inp.scenario.precision, inp.hardware))
     plan = opt.apply_all(base, [opt.make("fusion", {})])
     assert plan.engine == Engine()
     st = serving.WorkloadStats.from_workload(inp.scenario.workload, inp.model)
@@ -195,7 +199,7 @@ def test_batch_cap_never_exceeded_by_search():
     from infersim import api
 
     p = api.predict("gb300-nvl72", "gpt-oss-120b", "mlperf-gpt-oss-120b-server", 72, round="v6.0")
-    g = p.grid
+    g = p.result
     per_rank = g.batch[None, :] / g.layouts["dp"][:, None]
     assert p.plan.engine.max_batch_size == 896
     assert np.all(per_rank[g.ok] <= 896)
