@@ -483,9 +483,24 @@ def validate_cmd(
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this PNG."),
+    at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
 ) -> None:
     """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
     from . import validation
+
+    if at_load:
+        from . import at_load as al
+
+        result = al.validate(data or al.bundled_data())
+        if fmt == TableJsonCsv.json:
+            text = json.dumps(result, indent=2, default=float)
+        else:
+            text = "\n".join(f"{k}: {v}" for k, v in result.items() if k != "per_row")
+        if out is not None:
+            validation.write_text(out, text + "\n")
+        else:
+            typer.echo(text)
+        return
 
     rows = validation.load_rows(data or validation.bundled_data())
     report = validation.validate(rows)
