@@ -203,3 +203,55 @@ def test_batch_cap_never_exceeded_by_search():
     per_rank = g.batch[None, :] / g.layouts["dp"][:, None]
     assert p.plan.engine.max_batch_size == 896
     assert np.all(per_rank[g.ok] <= 896)
+
+
+# ---- prediction at a load and validation at the measured load (CLI) --------------------------------
+
+def _cli(argv):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from infersim.cli import app
+
+    r = CliRunner().invoke(app, argv)
+    return r.exit_code, (_json.loads(r.stdout) if r.exit_code == 0 and "json" in argv else r.output)
+
+
+def test_run_qps_predicts_at_the_load_or_names_the_limit():
+    base = ["run", "-H", "gb300-nvl72", "-m", "deepseek-r1", "-s", "mlperf-deepseek-r1-server", "-n", "72",
+            "--tp", "8", "--ep", "8", "--dp", "8", "--disable", "mtp", "--format", "json"]
+    code, d = _cli(base + ["--round", "v6.0", "--qps", "40"])
+    assert code == 0 and d["feasible"]
+    assert d["tokens_per_s"] == pytest.approx(40 * 3752.0, rel=1e-3)  # steady state: qps × mean OSL
+    assert d["occupancy_per_rank"] <= 640 and d["ttft_p50_s"] <= d["ttft_s"] and d["tpot_p50_s"] <= d["tpot_s"]
+    code, out = _cli(base[:-2] + ["--round", "v5.1", "--qps", "400"])
+    assert code == 1 and "400 requests/s" in out
+    code, out = _cli(["run", "-H", "b200", "-s", "mlperf-llama2-70b-offline", "--qps", "5"])
+    assert code == 2 and "--qps" in out
+
+
+def test_validate_at_load_reports_the_summary_keys(tmp_path):
+    import csv as _csv
+
+    from infersim import at_load
+
+    src = at_load.bundled_data()
+    rows = list(_csv.DictReader(src.open()))
+    keep = [r for r in rows if r["benchmark"] == "deepseek-r1" and r["scenario"] == "Server"][:3]
+    f = tmp_path / "ops.csv"
+    with f.open("w", newline="") as fh:
+        w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
+    assert code == 0
+    for k in ("rows", "tpot_p50_median_ape", "ttft_p99_median_abs_error_s", "tpot_p99_median_ape", "per_row"):
+        assert k in d
+    assert d["rows"] == 3
+    done = [r for r in d["per_row"] if not r["reason"]]
+    assert done and all(r["completed_tokens_per_s"] < r["steady_tokens_per_s"] for r in done)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("version,system\nv6.0,x\n")
+    code, out = _cli(["validate", "--at-load", "--data", str(bad)])
+    assert code == 2 and "missing required column" in out
