@@ -15,7 +15,7 @@ TTFT, mean TPOT), p99 TPOT 10 %, p99 TTFT 15 %; feasibility flags must agree (cl
 BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slot above 1 − q or
 a prompt blocked by the budget left beside its rank's decode tokens).
 
-Measured (seed 3, this module's grid, 2026-11-23): 15 of 33 cases meet every tolerance. The
+Measured (seed 3, this module's grid, 2026-11-23): 18 of 36 cases meet every tolerance. The
 misses are listed in KNOWN_GAPS (non-strict xfail) and are the model's open problems:
 - chunked prefill (budget 512 per rank): the closed form treats the prompt-token queue as an
   M/D/1 queue served at the free budget per iteration and adds ceil(tokens/free) − 1 context
