@@ -148,18 +148,11 @@ def _poisson_cdf(k, mean):
     return 1.0 - gamma_cdf(mean, k + 1.0, k + 1.0)
 
 
-def padded_rows(engine, batch, d):
-    """Expected decode rows per rank: the busiest rank's occupancy (Poisson(B/d) per rank) padded up
-    to the next captured graph size (eager, unpadded, above the largest)."""
-    b = np.asarray(batch, dtype=float) / d
-    sizes = engine.graph_sizes
-    if sizes is None and np.all(np.asarray(d) == 1):
-        return b + 0.0 * d
-    # E[max of d Poisson(b)] by a normal-with-continuity tail sum on a per-point support
+def _padded_exact(sizes, b, d):
+    """E[pad(max of d Poisson(b))] (arrays b, d broadcast; sizes ascending tuple or None)."""
     sd = np.sqrt(np.maximum(b, 1e-12))
     top = b + 8.0 * sd + 8.0
-    n_pts = 96
-    u = np.linspace(0.0, 1.0, n_pts + 1)
+    u = np.linspace(0.0, 1.0, 97)
     lo = np.maximum(np.floor(b - 8.0 * sd - 8.0), 0.0)
     ks = np.floor(lo[..., None] + u * (top - lo)[..., None])  # increasing integer support points
     fmax = _poisson_cdf(ks, b[..., None]) ** np.asarray(d, dtype=float)[..., None]
@@ -169,16 +162,39 @@ def padded_rows(engine, batch, d):
         s = np.asarray(sizes, dtype=float)
         idx = np.searchsorted(s, vals, side="left")
         vals = np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], vals)
-    padded = np.sum(pm * vals, axis=-1) / np.maximum(np.sum(pm, axis=-1), 1e-30)
-    if sizes is None:  # one rank, every size captured: the mean occupancy itself
-        padded = np.where(np.asarray(d) == 1, b, padded)
-    return padded
+    return np.sum(pm * vals, axis=-1) / np.maximum(np.sum(pm, axis=-1), 1e-30)
+
+
+PAD_AXIS = np.geomspace(1e-3, 1e5, 1601)
+"""Per-rank mean occupancies at which the padded decode rows are tabulated (interpolated between)."""
+
+
+@lru_cache(maxsize=64)
+def _padded_table(sizes, d: int) -> np.ndarray:
+    return _padded_exact(sizes, PAD_AXIS, d)
+
+
+def padded_rows(engine, batch, d):
+    """Expected decode rows per rank: the busiest rank's occupancy (Poisson(B/d) per rank) padded up
+    to the next captured graph size (eager, unpadded, above the largest); tabulated per (sizes, d)
+    over the per-rank occupancy and interpolated in log occupancy."""
+    b, d = np.broadcast_arrays(np.asarray(batch, dtype=float) / d, np.asarray(d, dtype=float))
+    sizes = engine.graph_sizes
+    out = np.array(b, dtype=float, copy=True)
+    for dv in np.unique(d):
+        if sizes is None and dv == 1:  # one rank, every size captured: the mean occupancy itself
+            continue
+        sel = d == dv
+        bb = np.clip(b[sel], PAD_AXIS[0], PAD_AXIS[-1])
+        out[sel] = np.interp(np.log(bb), np.log(PAD_AXIS), _padded_table(sizes, int(dv))) * b[sel] / bb
+    return out
 
 
 # ---- admission gate ----------------------------------------------------------------------------------
 
 def gate_moments(e, batch, d, per_iter, offset=0.0):
-    """E[G], Var[G] of the iterations between context iterations (1, 0 with the gate off).
+    """E[G], Var[G] and the third central moment of the iterations between context iterations
+    (1, 0, 0 with the gate off).
 
     ``per_iter`` + ``offset``: a rank's mean arrivals by the k-th check after an admission are
     per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall).
@@ -188,13 +204,14 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
     on = (d > 1) & (e.gate_timeout_iters > 0)
     if not np.any(on):
         z = np.zeros(np.broadcast(batch, d).shape)
-        return z + 1.0, z
+        return z + 1.0, z, z
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
     alive = np.ones(np.broadcast(per_iter, offset, d).shape)       # no admission yet, not every rank has a prompt
     f_prev = np.zeros_like(alive)
     m1 = np.zeros_like(alive)
     m2 = np.zeros_like(alive)
+    m3 = np.zeros_like(alive)
     for k in range(1, T + 1):
         mk = per_iter * k + offset
         f = (1.0 - np.exp(-mk)) ** d
@@ -202,16 +219,19 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
         g_all = k + W * (1.0 - p_idle)
         m1 += alive * h_all * g_all
         m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
+        m3 += alive * h_all * g_all**3
         rest = alive * (1.0 - h_all)
         waiting = 1.0 - np.exp(-mk * d)
         h_idle = p_idle * waiting if k < T else 1.0
         m1 += rest * h_idle * k
         m2 += rest * h_idle * k * k
+        m3 += rest * h_idle * k**3
         alive = rest * (1.0 - h_idle)
         f_prev = f
     m1 = np.where(on, m1, 1.0)
     var = np.where(on, np.maximum(m2 - m1 * m1, 0.0), 0.0)
-    return m1, var
+    mu3 = np.where(on, m3 - 3.0 * m1 * var - m1**3, 0.0)
+    return m1, var, mu3
 
 
 # ---- the engine -----------------------------------------------------------------------------------------
@@ -259,7 +279,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     t_d = decode_time(rows)
     # Little's law on the decode side: B·L/OSL prompts arrive per iteration
     per_iter = batch * L / (stats.osl_mean * d)
-    eg, vg = gate_moments(engine, batch, d, per_iter)
+    eg, vg, g3 = gate_moments(engine, batch, d, per_iter)
     gated = (d > 1) & (engine.gate_timeout_iters > 0)
     for _ in range(3 if np.any(gated) else 1):
         # prompts per context iteration (at least one) and the busiest rank's tokens
@@ -270,7 +290,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
             rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
-            eg, vg = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d)
+            eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d)
     s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
     # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
@@ -285,7 +305,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         u = per_iter * stats.isl_mean * prompt_scale / free
         per_prompt = stats.isl_mean * prompt_scale / free
         chunk_wait = np.where(u < 1, per_prompt * (np.maximum(per_prompt - 1.0, 0.0) + u / (2.0 * np.maximum(1.0 - u, 1e-9))), np.inf)
-    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats, q, None)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats, q, None, g3)
     if engine.chunked_prefill and engine.max_num_tokens is not None:
         extra = chunk_wait * res.iteration_s
         res.ttft_mean, res.ttft_p99, res.ttft_p50 = res.ttft_mean + extra, res.ttft_p99 + extra, res.ttft_p50 + extra
@@ -296,7 +316,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     return res
 
 
-def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost) -> EngineResult:
+def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
@@ -311,6 +331,13 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
     theta = c_mean / k
     c_cube = theta**3 * k * (k + 1) * (k + 2)
+    if np.any(vg > 0):
+        # gated: the iteration count is bounded by the timeout, so skew the period by its parts,
+        # the gate's own third moment and a gamma-shaped stall X, rather than by one gamma fit
+        x_mean = np.maximum(c_mean - eg * t_d, 1e-30)
+        x_var = np.maximum(c_var - t_d * t_d * vg, 0.0)
+        mu3 = t_d**3 * g3 + 2.0 * x_var**2 / x_mean
+        c_cube = np.where(vg > 0, c_mean**3 + 3.0 * c_mean * c_var + mu3, c_cube)
     c_star = c_sq / c_mean
     c_star_var = np.maximum(c_cube / c_mean - c_star**2, 0.0)
     s_var = np.maximum(s_sq - s_mean**2, 0.0)
