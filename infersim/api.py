@@ -43,7 +43,8 @@ def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest) -> Plan
     return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw), search=space,
                 serving=Serving(prefix_share=sc.workload.prefix_share_fraction),
                 kernel_efficiency=preset.kernel_efficiency, moe_kernel_efficiency=preset.moe_kernel_efficiency,
-                host_overhead_scale=preset.host_overhead_scale)
+                host_overhead_scale=preset.host_overhead_scale,
+                engine=preset.engine_for(inputs.model_id, getattr(sc, "kind", "offline")))
 
 
 def context(inputs: Inputs) -> opt.Context:
@@ -104,6 +105,8 @@ class Prediction:
         for key in ("ttft_s", "tpot_s", "ttft_mean_s", "tpot_mean_s", "requests_per_s", "usd_per_million_tokens",
                     "usd_per_million_input_tokens"):
             d[key] = m.get(key)
+        if "qps" in self.config:  # prediction at a given load
+            d.update({k: m[k] for k in AT_LOAD_KEYS if k in m})
         d["config"] = self.config
         d["breakdown"] = self.breakdown
         return d
@@ -119,21 +122,28 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         disable=, params=, price_per_hour=, presets_dir=, inputs=, preset=). Unset layout
         arguments are searched; set ones are fixed.
     raise_infeasible : raise ``InfeasibleError`` instead of returning an infeasible prediction.
+    qps : requests/s for the whole system (Server/Interactive): predict the capacity-best
+        aggregated configuration at that load instead (``scheduler.operating_point``).
 
     Returns
     -------
     Prediction with the contract metrics (tokens/s, seconds, US$), config and breakdown.
     """
+    qps = kwargs.pop("qps", None)
     if not isinstance(query, Query):
         query = Query.build(query, *args, **kwargs)
+    if qps is not None and (query.inputs.scenario.kind == "offline" or not 0 < qps <= 1e9):
+        raise SpecError(f"--qps must be in (0, 1e9] requests/s and needs a server or interactive scenario (got {qps})")
     sel = selection(query)
     base = base_plan(query.inputs, query.software, query.layout)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
     results: list[Result] = []
     best: tuple[float, Result, tuple[int, int]] | None = None
     for transforms in sel.variants():
-        res = search.evaluate(opt.apply_all(base, transforms), query.inputs.scenario, query.accelerators, stats,
-                              price_per_hour=query.price)
+        plan = opt.apply_all(base, transforms)
+        if qps is not None and plan.serving.disaggregated:
+            continue  # the load prediction models aggregated engines
+        res = search.evaluate(plan, query.inputs.scenario, query.accelerators, stats, price_per_hour=query.price)
         results.append(res)
         ij = res.best_index()
         if ij is not None and (best is None or res.score[ij] > best[0] * (1 + 1e-9)):
@@ -151,8 +161,33 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     _, res, (i, j) = best
     config = res.config_at(i, j)
     config["round"] = query.software.round
+    if qps is not None:
+        return _at_qps(query, res, (i, j), config, stats, qps, results, sel.skipped)
     return Prediction(query.inputs, n, True, "", res.metrics_at(i, j), config, res.breakdown_at(i, j),
                       result=res, index=(i, j), results=results, skipped=sel.skipped)
+
+
+AT_LOAD_KEYS = ("requests_per_s", "occupancy", "occupancy_per_rank", "iteration_s", "decode_iteration_s", "ttft_p50_s",
+                "tpot_p50_s", "capacity_tokens_per_s")
+"""Extra JSON keys of a prediction at a given load (``--qps``)."""
+
+
+def _at_qps(query: Query, res: Result, ij, config, stats, qps, results, skipped) -> Prediction:
+    """The capacity-best point's configuration run at ``qps`` (scheduler.operating_point)."""
+    from .graph import Layout
+    from .scheduler import operating_point
+
+    n = query.accelerators
+    metrics = res.metrics_at(*ij)
+    lay = Layout(**{k: config[k] for k in ("tp", "pp", "ep", "dp")})
+    ok, why, at = operating_point(res.plan, lay, config["replicas"], stats, query.inputs.scenario, qps,
+                                  config["max_batch"], n / (config["tp"] * config["pp"]))
+    metrics.update(at, tokens_per_s_per_accelerator=at["tokens_per_s"] / n, capacity_tokens_per_s=metrics["tokens_per_s"],
+                   tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)
+    config["qps"] = qps
+    msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {_EXPLAIN.get(why, why)}"
+    return Prediction(query.inputs, n, ok, msg, metrics, config, res.breakdown_at(*ij), result=res, index=ij,
+                      results=results, skipped=skipped)
 
 
 _EXPLAIN = {
@@ -163,7 +198,8 @@ _EXPLAIN = {
     "SLO_TPOT": "no configuration meets the p99 TPOT limit",
     "SLO_E2E": "no configuration meets the p99 end-to-end limit",
     "SATURATED": "the offered load saturates every configuration",
-    "BATCH_LIMIT": "the batch limit excludes every configuration",
+    "BATCH_LIMIT": "the batch limit (scenario max_batch or the engine's max_batch_size per rank) excludes every configuration",
+    "TOKEN_BUDGET": "prompts do not fit the engine's max_num_tokens beside the busiest rank's decode tokens",
     "NO_LAYOUT": "no layout fits this accelerator count",
 }
 

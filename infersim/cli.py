@@ -343,6 +343,7 @@ def run_cmd(
     tco_kwh: float = typer.Option(0.10, "--tco-usd-per-kwh", help="TCO mode: electricity price, US$/kWh."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
     explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
+    qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, report, tco
@@ -353,7 +354,7 @@ def run_cmd(
         price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
-                       params=api.parse_param_overrides(set_ or []), price_per_hour=price)
+                       params=api.parse_param_overrides(set_ or []), price_per_hour=price, qps=qps)
     d = pred.to_dict()
     if fmt == OutputFormat.json:
         if explain:
@@ -482,9 +483,24 @@ def validate_cmd(
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this PNG."),
+    at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
 ) -> None:
     """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
     from . import validation
+
+    if at_load:
+        from . import at_load as al
+
+        result = al.validate(data or al.bundled_data())
+        if fmt == TableJsonCsv.json:
+            text = json.dumps(result, indent=2, default=float)
+        else:
+            text = "\n".join(f"{k}: {v}" for k, v in result.items() if k != "per_row")
+        if out is not None:
+            validation.write_text(out, text + "\n")
+        else:
+            typer.echo(text)
+        return
 
     rows = validation.load_rows(data or validation.bundled_data())
     report = validation.validate(rows)

@@ -26,7 +26,7 @@ independent of the output length.
 from __future__ import annotations
 
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -253,3 +253,223 @@ def simulate_workload(workload, rate: float, t_d: float, s_mean: float, L: float
     service time is proportional to the ISL (S = s_mean · ISL / E[ISL])."""
     xi, pi = workload.isl.support
     return simulate(rate, t_d, service_support(xi, pi, s_mean), workload.osl.support, L, **kw)
+
+
+# ---- the iteration-level engine with d attention ranks (oracle of infersim.scheduler) --------------
+
+@dataclass
+class EngineDes:
+    """Steady-state figures of one engine simulation (seconds, requests/s, tokens/s)."""
+
+    rate: float
+    ttft_mean: float
+    ttft_p: float
+    ttft_p50: float
+    tpot_mean: float
+    tpot_p: float
+    tpot_p50: float
+    occupancy: float
+    """Time-averaged sequences admitted and not finished (Little's law: rate × time in engine)."""
+    tokens_per_s: float
+    iteration_mean: float
+    gate_iters: float
+    """Mean iterations between admitting iterations that admitted a prompt."""
+    busiest_prompt_tokens: float
+    """Mean prompt tokens of the busiest rank in iterations that carried prompts."""
+    slot_wait_share: float
+    """Share of requests that waited for a free slot (the batch cap) at an admitting iteration."""
+    budget_spill_share: float
+    """Share of admitting iterations where a rank left a prompt waiting for lack of token budget."""
+    blocked: bool
+    """A prompt did not fit, alone, the budget left beside its rank's decode tokens (non-chunked)."""
+    n_requests: int
+    wall_s: float
+
+
+def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl: tuple, osl: tuple, L: float = 1.0, *,
+                    n_requests: int = 20000, percentile: float = 99.0, seed: int = 0, dq: float = 1.0,
+                    warmup_frac: float = 0.15) -> EngineDes:
+    """Simulate Poisson arrivals at ``rate`` into an engine of ``d`` attention ranks.
+
+    Each arrival joins a rank chosen uniformly at random and waits there (FCFS). Every iteration
+    starts with the admission decision: with the gate on (d > 1, ``engine.gate_timeout_iters`` > 0)
+    TensorRT-LLM's attention-DP counters — if every rank has a waiting prompt and a free slot, the
+    timeout counter resets and, while every rank also has a running sequence, admission is held
+    ``gate_wait_iters`` iterations; otherwise the timeout counter grows and admission happens
+    when it reaches ``gate_timeout_iters`` or some rank has no running sequence. Admitting ranks
+    take waiting prompts in order while the rank has fewer than ``max_batch_size`` sequences and,
+    non-chunked, the prompt fits the rank's budget left after its decode tokens
+    (``max_num_tokens`` − running·dq); chunked, a rank prefills up to that budget per iteration and
+    a prompt's first token comes with its last chunk. The iteration lasts
+    ``decode_time(rows)``, rows = the most decoding sequences on a rank padded up to the next
+    captured graph size (``engine.graph_sizes``; unpadded above the largest), plus
+    ``s_tok`` × the busiest rank's prompt tokens in it. A sequence leaves after
+    ceil((OSL − 1)/L) decode iterations following its first token.
+
+    ``isl``/``osl``: (points, probabilities). Measures requests arriving after a warm-up share of
+    the run and finishing before its end; the engine keeps receiving arrivals meanwhile.
+    """
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    xi, pi = (np.asarray(a, dtype=float) for a in isl)
+    xo, po = (np.asarray(a, dtype=float) for a in osl)
+    horizon = n_requests / rate
+    total = int(n_requests * (1.0 + warmup_frac) * 1.25) + 64
+    arr = np.cumsum(rng.exponential(1.0 / rate, total))
+    arr = arr[arr < horizon * (1.0 + warmup_frac) * 1.2]
+    n = len(arr)
+    plen = xi[rng.choice(len(xi), n, p=pi / pi.sum())]
+    olen = xo[rng.choice(len(xo), n, p=po / po.sum())]
+    m = decode_cycles(olen, L)
+    rank = rng.integers(0, d, n)
+    cap = engine.max_batch_size if engine.max_batch_size is not None else 1 << 30
+    budget = engine.max_num_tokens
+    gate = d > 1 and engine.gate_timeout_iters > 0
+    sizes = list(engine.graph_sizes) if engine.graph_sizes else None
+    T, W = engine.gate_timeout_iters, engine.gate_wait_iters
+    from collections import deque
+    import heapq
+
+    waiting = [deque() for _ in range(d)]
+    running = [0] * d      # admitted, not finished (context or decode)
+    decoding = [0] * d     # in decode phase
+    chunk_left = [None] * d  # (request, tokens left) of a chunked prompt in progress per rank
+    finish_heap = []       # (iteration index of the last decode, rank, request)
+    first = np.full(n, np.nan)
+    done = np.full(n, np.nan)
+    slot_wait = np.zeros(n, dtype=bool)
+    ptr, k, tau = 0, 0, 0.0
+    wait_c = tmo_c = 0
+    occ_area = 0.0
+    n_adm_iters = n_spill = 0
+    last_adm_k, gaps, big_tokens = None, [], []
+    it_time_sum, it_count = 0.0, 0
+    blocked = False
+    t_end = arr[-1]
+    w0 = horizon * warmup_frac
+    while tau < t_end:
+        while ptr < n and arr[ptr] <= tau:
+            waiting[rank[ptr]].append(ptr)
+            ptr += 1
+        if sum(running) == 0 and not any(waiting):
+            tau = arr[ptr] if ptr < n else t_end
+            continue
+        has_ctx = [len(w) > 0 for w in waiting]
+        if not gate:
+            admit = True
+        else:
+            all_gen = all(r > 0 for r in decoding)
+            if all(has_ctx) and all(r < cap for r in running):
+                tmo_c = 0
+                if all_gen and wait_c < W:
+                    wait_c += 1
+                    admit = False
+                else:
+                    wait_c = 0
+                    admit = True
+            else:
+                tmo_c += 1
+                admit = False
+                if tmo_c >= T or not all_gen:
+                    tmo_c = 0
+                    admit = True
+        tokens = [0.0] * d
+        firsts = []
+        spilled = False
+        took = False
+        for r in range(d):
+            free = np.inf if budget is None else budget - decoding[r] * dq
+            if chunk_left[r] is not None:  # a chunked prompt continues whatever the gate says
+                req, left = chunk_left[r]
+                step = min(left, max(free, 0.0))
+                tokens[r] += step
+                free -= step
+                if left - step <= 0:
+                    firsts.append((req, r))
+                    chunk_left[r] = None
+                else:
+                    chunk_left[r] = (req, left - step)
+                    spilled = spilled or (admit and len(waiting[r]) > 0)
+                    continue
+            if not admit:
+                continue
+            w = waiting[r]
+            while w and running[r] < cap:
+                req = w[0]
+                need = plen[req]
+                if engine.chunked_prefill:
+                    if free <= 0:
+                        spilled = True
+                        break
+                    w.popleft()
+                    running[r] += 1
+                    took = True
+                    step = min(need, free)
+                    tokens[r] += step
+                    free -= step
+                    if need - step > 0:
+                        chunk_left[r] = (req, need - step)
+                        break
+                    firsts.append((req, r))
+                else:
+                    if need > free:
+                        spilled = True
+                        blocked = blocked or tokens[r] == 0  # alone beside the rank's decode tokens
+                        break
+                    w.popleft()
+                    running[r] += 1
+                    took = True
+                    tokens[r] += need
+                    free -= need
+                    firsts.append((req, r))
+            if w and running[r] >= cap:
+                for req in w:
+                    slot_wait[req] = True
+        rows = max(decoding)
+        if sizes is not None and rows <= sizes[-1]:
+            rows = sizes[bisect_left(sizes, rows)] if rows > 0 else sizes[0]
+        t_it = float(decode_time(rows)) + s_tok * max(tokens)
+        if admit and (took or spilled):
+            n_adm_iters += 1
+            n_spill += spilled
+        if admit and took:
+            if last_adm_k is not None:
+                gaps.append(k - last_adm_k)
+            last_adm_k = k
+            big_tokens.append(max(tokens))
+        occ_area += sum(running) * t_it if tau >= w0 else 0.0
+        if tau >= w0:
+            it_time_sum += t_it
+            it_count += 1
+        tau += t_it
+        # sequences whose prompt completed: first token now, then m decode iterations
+        for req, r in firsts:
+            first[req] = tau
+            if m[req] == 0:
+                done[req] = tau
+                running[r] -= 1
+            else:
+                decoding[r] += 1
+                heapq.heappush(finish_heap, (k + m[req], r, req))
+        while finish_heap and finish_heap[0][0] <= k:
+            _, r, req = heapq.heappop(finish_heap)
+            done[req] = tau
+            running[r] -= 1
+            decoding[r] -= 1
+        k += 1
+    sel = (arr >= w0) & (arr < horizon * (1.0 + warmup_frac) * 0.95) & np.isfinite(done)
+    ttft = (first - arr)[sel]
+    dec = sel & (m > 0)
+    tpot = (done - first)[dec] / (m[dec] * L)
+    if len(ttft) == 0 or len(tpot) == 0:  # nothing measured finished: the engine is stuck or saturated
+        ttft = tpot = np.array([np.inf])
+    span = it_time_sum
+    q = percentile
+    tokens_out = float(np.sum(olen[(done >= w0) & (done <= w0 + span)]))
+    return EngineDes(rate=rate, ttft_mean=float(ttft.mean()), ttft_p=float(np.percentile(ttft, q)),
+                     ttft_p50=float(np.median(ttft)), tpot_mean=float(tpot.mean()), tpot_p=float(np.percentile(tpot, q)),
+                     tpot_p50=float(np.median(tpot)), occupancy=occ_area / span, tokens_per_s=tokens_out / span,
+                     iteration_mean=it_time_sum / max(it_count, 1), gate_iters=float(np.mean(gaps)) if gaps else 1.0,
+                     busiest_prompt_tokens=float(np.mean(big_tokens)) if big_tokens else 0.0,
+                     slot_wait_share=float(slot_wait[sel].mean()), budget_spill_share=n_spill / max(n_adm_iters, 1),
+                     blocked=bool(blocked), n_requests=int(sel.sum()), wall_s=time.perf_counter() - t0)

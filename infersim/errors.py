@@ -32,6 +32,9 @@ class Reason(IntEnum):
     """p99 end-to-end latency exceeds the scenario's limit."""
     BATCH_LIMIT = 8
     """The batch exceeds a configured engine limit."""
+    TOKEN_BUDGET = 9
+    """A rank's prompt tokens per admission exceed the engine's per-iteration token budget
+    (non-chunked prompts that do not fit block their rank)."""
 
 
 class SpecError(ValueError):

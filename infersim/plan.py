@@ -64,6 +64,36 @@ class Serving:
 
 
 @dataclass(frozen=True)
+class Engine:
+    """Serving-engine settings of one round and model (``presets/*.yaml`` ``engine:`` block).
+
+    Per attention rank where the engine runs attention data parallelism (TensorRT-LLM ADP: each
+    rank schedules its own sequences), per instance otherwise.
+    """
+
+    max_batch_size: float | None = None
+    """Most sequences in flight per attention rank (None: no cap)."""
+    max_num_tokens: float | None = None
+    """Token budget of one iteration per attention rank, decode and prompt tokens (None: none)."""
+    chunked_prefill: bool = True
+    """Prompts longer than the free budget are split across iterations (False: a prompt must fit
+    one iteration's budget whole)."""
+    gate_timeout_iters: int = 0
+    """Attention-DP admission gate: iterations a rank's waiting prompts are held while not every
+    rank has one (0: gate off, prompts are admitted every iteration)."""
+    gate_wait_iters: int = 0
+    """Attention-DP admission gate: extra iterations held once every rank has a waiting prompt."""
+    graph_sizes: tuple[int, ...] | None = None
+    """Per-rank decode batch sizes with a captured CUDA graph, ascending (None: every size)."""
+    stream_interval: int = 1
+    """Output tokens per streamed response chunk (host work per token falls as it grows)."""
+
+    @property
+    def graph_max(self) -> float | None:
+        return None if not self.graph_sizes else float(self.graph_sizes[-1])
+
+
+@dataclass(frozen=True)
 class Plan:
     hardware: HardwareSpec
     model: ModelSpec
@@ -74,8 +104,6 @@ class Plan:
     """Named builders of extra ops run in every decode step (MTP draft passes)."""
     launch_scale: float = 1.0
     """Remaining fraction of per-kernel launch overhead (graph capture lowers it)."""
-    graph_max_batch: float | None = None
-    """Largest per-rank decode batch with a captured graph; larger steps launch eagerly."""
     comm_overlap: float = 0.0
     """Fraction of communication time hidden behind compute (two-batch overlap)."""
     moe_popularity_cv: float = 0.6
@@ -94,5 +122,12 @@ class Plan:
     """Multiplier on the hardware's per-step host overhead (per-round preset)."""
     search: SearchSpace = field(default_factory=SearchSpace)
     serving: Serving = field(default_factory=Serving)
+    engine: Engine = field(default_factory=Engine)
+    """Engine settings (batch cap, token budget, admission gate, captured graph sizes)."""
     applied: tuple[str, ...] = ()
     """Names of the optimizations applied, in order (for reports)."""
+
+    @property
+    def graph_max_batch(self) -> float | None:
+        """Largest per-rank decode batch with a captured graph; larger steps launch eagerly."""
+        return self.engine.graph_max

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import grid, parallel, serving
+from . import grid, parallel, scheduler, serving
 from .errors import Reason, require
 from .grid import Result
 from .plan import Plan
@@ -30,6 +30,12 @@ def batch_grid(layouts: dict[str, np.ndarray]) -> np.ndarray:
         return BATCH_GRID
     steps = np.arange(1, int(np.ceil(np.log2(top / 16384.0) * 4)) + 1)
     return np.unique(np.concatenate([BATCH_GRID, np.round(16384.0 * 2.0 ** (steps / 4))]))
+
+
+def _and(ok, reason, ok2, reason2):
+    """Narrow a mask by another mask with its own reason codes (first failure kept)."""
+    reason = np.where(ok & ~ok2, reason2, reason)
+    return ok & ok2, reason
 
 
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | None = None,
@@ -57,6 +63,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     ok, reason = require(ok, reason, batch <= bmax, Reason.KV_CAPACITY)
     if plan.search.max_batch:
         ok, reason = require(ok, reason, batch <= plan.search.max_batch, Reason.BATCH_LIMIT)
+    if plan.engine.max_batch_size is not None:  # sequences per attention rank (per instance without ADP)
+        ok, reason = require(ok, reason, batch / layout.dp <= plan.engine.max_batch_size, Reason.BATCH_LIMIT)
     ok_capacity = ok.copy()
     kind = getattr(scenario, "kind", "offline")
     workers = parallel.replicas(layout, accelerators)
@@ -75,8 +83,10 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
         elif kind == "offline":
             res = serving.offline(plan, layout, batch, stats, workers)
-        else:
-            res = serving.server(plan, layout, batch, stats, percentile=scenario.slo.percentile, workers=workers)
+            ok, reason = _and(ok, reason, *scheduler.offline_limits(plan, layout, batch, stats))
+        else:  # the iteration-level engine: batch cap and token budget come back as reason codes
+            res = scheduler.server(plan, layout, batch, stats, percentile=scenario.slo.percentile, workers=workers)
+            ok, reason = _and(ok, reason, res.ok, res.reason)
         ok, reason = grid.apply_limits(ok, reason, res, scenario)
         # what each memory-feasible point delivers; ``ok`` says whether it also meets the limits
         per_instance = np.where(ok_capacity, np.nan_to_num(res.tokens_per_s, nan=0.0, posinf=0.0), 0.0)

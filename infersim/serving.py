@@ -38,6 +38,11 @@ class WorkloadStats:
     osl_p99: float
     vision_patches: float = 0.0
     """Vision-encoder patches per request (multimodal models; 0 for text)."""
+    isl_points: np.ndarray | None = None
+    """Prompt-length support (tokens) and its probabilities, for the busiest-rank distribution."""
+    isl_probs: np.ndarray | None = None
+    isl_max: float | None = None
+    """Longest prompt (tokens): the spec's ``max`` where given, else the support's largest point."""
 
     @property
     def context_mean(self) -> float:
@@ -64,7 +69,8 @@ class WorkloadStats:
         return cls(isl_mean=float(np.sum(pi * xi)), isl_sq=float(np.sum(pi * xi * xi)),
                    osl_mean=float(np.sum(po * xo)), osl_sq=float(np.sum(po * xo * xo)),
                    osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99),
-                   vision_patches=patches)
+                   vision_patches=patches, isl_points=np.asarray(xi, dtype=float), isl_probs=np.asarray(pi, dtype=float),
+                   isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)))
 
 
 @dataclass

@@ -123,17 +123,16 @@ def test_wide_ep_on_nvl72_picks_ep16_or_more(nvl72_interactive):
     assert narrow.config["tp"] * narrow.config["pp"] <= 8 * narrow.config["pp"]  # experts stay inside 8 GPUs
 
 
-@pytest.mark.xfail(strict=True, reason="measured 1.53x (full search vs search without wide EP): the published "
-                                       "direction, but just below the band's 1.55x floor")
 def test_wide_ep_gain_on_nvl72_in_published_direction_and_magnitude(nvl72_interactive):
     # effects.md section 4: spreading the experts wider than an 8-GPU node is worth TRT3's +142 %
     # (EP vs TP, 2.42x) as a single lever, and up to 6.17x together with disaggregation, EPLB and MTP
     # (TRT8, EP16/32 on GB200 NVL72 vs EP4/EP8 baselines). Setting: GB300 NVL72, 72 GPUs, MLPerf
     # Interactive, every other v6.0 lever available; the gain is full search / search without wide EP.
-    # Band: [2.42/1.5625, 6.17·1.5625] = [1.55, 9.64].
+    # Band: [2.42/1.5625, 6.17·1.5625] = [1.55, 9.64]. Measured 1.68x with the iteration-level
+    # engine model (infersim/scheduler.py; 1.53x with the previous serving queue).
     full, narrow = nvl72_interactive
     gain = _tps(full) / _tps(narrow)
-    assert gain > 1.0  # the published direction (holds; the magnitude below does not yet)
+    assert gain > 1.0  # the published direction
     lo, hi = _band(2.42, 6.17)
     assert lo <= gain <= hi, gain
 

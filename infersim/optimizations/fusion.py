@@ -3,7 +3,8 @@
 Changes: ``plan.graph_passes`` (adds a pass that folds fusable elementwise ops — norms, residual
 adds, activations, RoPE, sampling prep — into their producers, removing their HBM round trips and
 kernel launches) and ``plan.launch_scale`` (CUDA-graph capture / PDL leave a fraction of the
-per-kernel launch cost). Neutral: ``enabled: false``.
+per-kernel launch cost; which per-rank batch sizes are captured is an engine setting,
+``plan.engine.graph_sizes``, from the round preset). Neutral: ``enabled: false``.
 Source: shared/reference/effects.md section 6 (TRT-LLM tech blogs 1 and 3: CUDA graphs +22 %,
 fused top-k routing +7.4 %, fused all-reduce + RMSNorm; launch ~4-8 us without graphs, ~1-2 us
 with graphs).
@@ -39,10 +40,7 @@ class Fusion(Transform):
     """Fold elementwise ops into their producers."""
     graph_launch_fraction: float = Field(default=0.3, ge=0, le=1)
     """Share of the per-kernel launch cost left after graph capture (1 = no capture)."""
-    graph_max_batch: int | None = Field(default=None, ge=1)
-    """Largest per-rank decode batch with a captured graph (None: every batch is captured)."""
 
     def _apply(self, plan: Plan) -> Plan:
         passes = plan.graph_passes + ((("fusion", fold_elementwise),) if self.fuse_elementwise else ())
-        return replace(plan, graph_passes=passes, launch_scale=plan.launch_scale * self.graph_launch_fraction,
-                       graph_max_batch=self.graph_max_batch)
+        return replace(plan, graph_passes=passes, launch_scale=plan.launch_scale * self.graph_launch_fraction)

@@ -21,6 +21,49 @@ from ..specs.catalog import bundled_root
 from ..specs.hardware import CalibrationRecord
 
 
+class EngineFields(Spec):
+    """Engine settings; every field optional so a block can override only some of them."""
+
+    max_batch_size: int | None = Field(default=None, ge=1, le=1_000_000)
+    """Sequences in flight per attention rank (TRT-LLM ``gpu_batch_size``, vLLM ``max_num_seqs``)."""
+    max_num_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    """Tokens per iteration per attention rank (TRT-LLM runtime ``max_num_tokens``, vLLM
+    ``max_num_batched_tokens``)."""
+    chunked_prefill: bool | None = None
+    """Prompts may be split across iterations (TRT-LLM ``enable_chunked_context``)."""
+    adp_timeout_iters: int | None = Field(default=None, ge=0, le=10_000)
+    """Attention-DP admission gate timeout, iterations (0: gate off)."""
+    adp_batching_wait_iters: int | None = Field(default=None, ge=0, le=10_000)
+    """Attention-DP admission gate extra wait once every rank has a prompt, iterations."""
+    cuda_graph_batch_sizes: list[int] | None = None
+    """Captured per-rank decode batch sizes (empty list: no graphs; absent: every size)."""
+    stream_interval: int | None = Field(default=None, ge=1, le=100_000)
+    """Output tokens per streamed chunk."""
+
+
+class EngineOverride(EngineFields):
+    offline: EngineFields | None = None
+    """Settings that differ in the Offline scenario."""
+    interactive: EngineFields | None = None
+    """Settings that differ in the Interactive scenario."""
+
+
+class EngineBlock(Spec):
+    """A round's engine settings: defaults plus per-model overrides (model profile IDs)."""
+
+    source: list[str] = Field(min_length=1)
+    """Where the values were read (file and columns)."""
+    default: EngineOverride = Field(default_factory=EngineOverride)
+    models: dict[str, EngineOverride] = Field(default_factory=dict)
+
+
+def _merge(base: dict, block: EngineFields | None) -> dict:
+    if block is None:
+        return base
+    fields = block.model_dump(exclude={"offline", "interactive"})
+    return {**base, **{k: v for k, v in fields.items() if v is not None}}
+
+
 class PresetSpec(Spec):
     name: str
     """Human-readable name."""
@@ -36,8 +79,29 @@ class PresetSpec(Spec):
     """Transforms applied for this round ({kind: ..., params...})."""
     choices: list[dict] = Field(default_factory=list)
     """Transforms available in this round; the search uses each only where it helps."""
+    engine: EngineBlock | None = None
+    """Serving-engine settings (batch cap, token budget, admission gate, CUDA graphs)."""
     calibration: CalibrationRecord | None = None
     """Set by ``infersim calibrate``."""
+
+    def engine_for(self, model_id: str, scenario_kind: str):
+        """The ``plan.Engine`` of ``model_id`` in a scenario of ``scenario_kind``: defaults, then
+        the model's override, each followed by its ``offline`` / ``interactive`` block in that scenario."""
+        from ..plan import Engine
+
+        if self.engine is None:
+            return Engine()
+        d = {}
+        for block in (self.engine.default, self.engine.models.get(model_id)):
+            if block is not None:
+                d = _merge(d, block)
+                d = _merge(d, getattr(block, scenario_kind, None) if scenario_kind in ("offline", "interactive") else None)
+        sizes = d.get("cuda_graph_batch_sizes")
+        return Engine(max_batch_size=d.get("max_batch_size"), max_num_tokens=d.get("max_num_tokens"),
+                      chunked_prefill=d.get("chunked_prefill", True),
+                      gate_timeout_iters=d.get("adp_timeout_iters", 0), gate_wait_iters=d.get("adp_batching_wait_iters", 0),
+                      graph_sizes=None if sizes is None else tuple(sorted(sizes)),
+                      stream_interval=d.get("stream_interval", 1))
 
 
 def presets_dir() -> Path:

@@ -1,0 +1,466 @@
+"""Iteration-level model of a serving engine with d attention ranks (closed form, over the grid).
+
+The engine (TensorRT-LLM PyTorch executor with attention data parallelism; vLLM/SGLang and dense
+models are the case d = 1 with no gate) runs iterations back to back. In every iteration each of
+the d attention ranks advances its running sequences by one decode step; the ranks synchronise at
+every MoE layer, so an iteration lasts as long as its busiest rank. Prompts are admitted only at
+*context iterations*: with the attention-DP admission gate on (``plan.engine.gate_timeout_iters``
+> 0, d > 1), a rank's waiting prompts are held until every rank has one (then ``gate_wait_iters``
+more iterations) or until the gate times out; with the gate off every iteration admits. A context
+iteration is a decode iteration stretched by the prefill of the prompts it admits (stalling every
+sequence's decode), set by the rank holding the most prompt tokens.
+
+Per grid point (mean occupancy B per instance, layout, plan):
+
+- decode iteration t_d: ``step_cost`` with every rank padded to the captured CUDA-graph size of the
+  busiest rank (per-rank occupancy Poisson(B/d), the M/G/inf occupancy; eager above the largest
+  captured size), KV reads of the B real sequences;
+- gate period G (iterations between context iterations): per-rank arrivals per iteration
+  a = B·L/(OSL·d) (Little's law on the decode side), P(every rank has a prompt after k iterations)
+  = (1 − e^(−a·k))^d, the timeout T, the extra wait W, and immediate admission when some rank has
+  no running sequence (probability 1 − (1 − e^(−B/d))^d);
+- prompt tokens of the busiest rank per context iteration: the maximum of d independent compound
+  Poisson sums over the ISL distribution (exact distribution by FFT below 48 expected prompts per
+  rank, normal above), giving the rank-imbalance factor of the prefill cost;
+- the period C = G·t_d + X (X the stall), its mean and variance by the compound-Poisson recursion,
+  the arrival rate from Little's law, TTFT and TPOT means and p-quantiles (``serving`` machinery);
+- limits: mean per-rank occupancy within ``max_batch_size`` and the chance a rank is full at most
+  1 − q (else ``Reason.BATCH_LIMIT``); with non-chunked prefill the longest prompt plus the rank's
+  decode tokens must fit ``max_num_tokens`` and the busiest rank's q-quantile prompt tokens per
+  prompt tokens must arrive slower than one free budget per iteration (else ``Reason.TOKEN_BUDGET``);
+  with chunked prefill a context iteration is split into ceil(tokens / free budget) iterations.
+
+With the gate off, d = 1, no token budget and every size captured this is exactly
+``serving.server`` (tests/test_scheduler.py). Validated against ``des.simulate_engine``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
+
+from .engine import step_cost
+from .errors import Reason, require
+from .graph import Layout, Shape
+from .plan import Plan
+from .serving import ServingResult, WorkloadStats, _prefill, _two_gamma_quantile, gamma_cdf, mixture_z, prefix_hit
+from statistics import NormalDist
+
+FFT_MAX_COUNT = 48.0
+"""Expected prompts per rank per context iteration above which the busiest rank's prompt tokens
+use the normal approximation of each rank's compound Poisson sum."""
+
+
+@dataclass
+class EngineResult(ServingResult):
+    """``ServingResult`` plus the scheduler's own figures (per instance, arrays)."""
+
+    iteration_s: np.ndarray | None = None
+    """Mean iteration time (decode and context iterations together)."""
+    decode_iteration_s: np.ndarray | None = None
+    gate_iters: np.ndarray | None = None
+    """Mean iterations between context iterations."""
+    busiest_prompt_tokens: np.ndarray | None = None
+    decode_rows: np.ndarray | None = None
+    """Expected decode rows per rank (busiest rank padded to its captured graph size)."""
+    """Mean prompt tokens of the busiest rank in a context iteration."""
+    ttft_p50: np.ndarray | None = None
+    tpot_p50: np.ndarray | None = None
+    ok: np.ndarray | None = None
+    reason: np.ndarray | None = None
+
+
+# ---- busiest rank's prompt tokens ----------------------------------------------------------------
+
+def _max_normal_moments(d: int, n: int = 4001) -> tuple[float, float]:
+    """Mean and variance of the largest of d independent standard normals (numerical)."""
+    z = np.linspace(-8, 8, n)
+    cdf = NormalDist().cdf
+    F = np.array([cdf(v) for v in z]) ** d
+    pdf = np.gradient(F, z)
+    m = float(np.trapezoid(z * pdf, z))
+    return m, float(np.trapezoid(z * z * pdf, z)) - m * m
+
+
+@lru_cache(maxsize=64)
+def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """(m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+    x = np.asarray(isl_points, dtype=float)
+    p = np.asarray(isl_probs, dtype=float)
+    p = p / p.sum()
+    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    ms = np.geomspace(1e-3, 1e4, 141)
+    emax, vmax = np.empty_like(ms), np.empty_like(ms)
+    en, vn = _max_normal_moments(d)
+    small = ms <= FFT_MAX_COUNT
+    big = ~small
+    emax[big] = ms[big] * mu + np.sqrt(ms[big] * m2) * en
+    vmax[big] = ms[big] * m2 * vn
+    # exact compound Poisson on a token grid: bins of w tokens, pmf by FFT of exp(m(φ − 1))
+    w = max(1.0, float(x.max()) / 256.0)
+    top = FFT_MAX_COUNT * mu + 14.0 * np.sqrt(FFT_MAX_COUNT * m2) + x.max()
+    n = int(2 ** np.ceil(np.log2(top / w + 2)))
+    pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
+    phi = np.fft.rfft(pmf)
+    grid = np.arange(n) * w
+    for i in np.nonzero(small)[0]:
+        cp = np.fft.irfft(np.exp(ms[i] * (phi - 1.0)), n)
+        cdf = np.clip(np.cumsum(np.maximum(cp, 0.0)), 0.0, 1.0)
+        cdf /= cdf[-1]
+        fmax = cdf ** d
+        pm = np.diff(np.concatenate([[0.0], fmax]))
+        e = float(np.sum(pm * grid))
+        emax[i] = e
+        vmax[i] = float(np.sum(pm * grid * grid)) - e * e
+    # the discretisation shifts lengths by < w/2: rescale the means so d = 1 gives m·E[ISL]
+    return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
+
+
+def busiest_tokens(stats: WorkloadStats, count, d):
+    """Mean and variance of the busiest rank's prompt tokens when each of d ranks receives a
+    compound Poisson number of prompts with mean ``count`` (arrays broadcast; d is an integer array)."""
+    count, d = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(d))
+    e_out = count * stats.isl_mean
+    v_out = count * stats.isl_sq
+    if stats.isl_points is None:
+        return e_out, v_out
+    for dv in np.unique(d):
+        if dv <= 1:
+            continue
+        lm, em, vm, _, _ = _busiest_table(tuple(stats.isl_points), tuple(stats.isl_probs), int(dv))
+        sel = d == dv
+        c = np.clip(count[sel], 1e-3, 1e4)
+        # below the table, E[max] → d·(count·E[ISL]) (at most one rank holds a prompt)
+        e_out[sel] = np.interp(np.log(c), lm, em) * count[sel] / c
+        v_out[sel] = np.interp(np.log(c), lm, vm) * count[sel] / c
+    return e_out, v_out
+
+
+# ---- padded decode batch ---------------------------------------------------------------------------
+
+def _poisson_cdf(k, mean):
+    """P(Poisson(mean) ≤ k), k ≥ 0 integer arrays (Wilson-Hilferty via the gamma relation)."""
+    k = np.asarray(k, dtype=float)
+    mean = np.maximum(np.asarray(mean, dtype=float), 1e-12)
+    # P(N ≤ k) = P(Gamma(k + 1, 1) > mean)
+    return 1.0 - gamma_cdf(mean, k + 1.0, k + 1.0)
+
+
+def _padded_exact(sizes, b, d):
+    """E[pad(max of d Poisson(b))] (arrays b, d broadcast; sizes ascending tuple or None)."""
+    sd = np.sqrt(np.maximum(b, 1e-12))
+    top = b + 8.0 * sd + 8.0
+    u = np.linspace(0.0, 1.0, 97)
+    lo = np.maximum(np.floor(b - 8.0 * sd - 8.0), 0.0)
+    ks = np.floor(lo[..., None] + u * (top - lo)[..., None])  # increasing integer support points
+    fmax = _poisson_cdf(ks, b[..., None]) ** np.asarray(d, dtype=float)[..., None]
+    pm = np.diff(np.concatenate([np.zeros_like(fmax[..., :1]), fmax], axis=-1), axis=-1)
+    vals = np.maximum(ks, 1.0)
+    if sizes:
+        s = np.asarray(sizes, dtype=float)
+        idx = np.searchsorted(s, vals, side="left")
+        vals = np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], vals)
+    return np.sum(pm * vals, axis=-1) / np.maximum(np.sum(pm, axis=-1), 1e-30)
+
+
+PAD_AXIS = np.geomspace(1e-3, 1e5, 1601)
+"""Per-rank mean occupancies at which the padded decode rows are tabulated (interpolated between)."""
+
+
+@lru_cache(maxsize=64)
+def _padded_table(sizes, d: int) -> np.ndarray:
+    return _padded_exact(sizes, PAD_AXIS, d)
+
+
+def padded_rows(engine, batch, d):
+    """Expected decode rows per rank: the busiest rank's occupancy (Poisson(B/d) per rank) padded up
+    to the next captured graph size (eager, unpadded, above the largest); tabulated per (sizes, d)
+    over the per-rank occupancy and interpolated in log occupancy."""
+    b, d = np.broadcast_arrays(np.asarray(batch, dtype=float) / d, np.asarray(d, dtype=float))
+    sizes = engine.graph_sizes
+    out = np.array(b, dtype=float, copy=True)
+    for dv in np.unique(d):
+        if sizes is None and dv == 1:  # one rank, every size captured: the mean occupancy itself
+            continue
+        sel = d == dv
+        bb = np.clip(b[sel], PAD_AXIS[0], PAD_AXIS[-1])
+        out[sel] = np.interp(np.log(bb), np.log(PAD_AXIS), _padded_table(sizes, int(dv))) * b[sel] / bb
+    return out
+
+
+# ---- admission gate ----------------------------------------------------------------------------------
+
+def gate_moments(e, batch, d, per_iter, offset=0.0):
+    """E[G], Var[G] and the third central moment of the iterations between context iterations
+    (1, 0, 0 with the gate off).
+
+    ``per_iter`` + ``offset``: a rank's mean arrivals by the k-th check after an admission are
+    per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall).
+    """
+    d = np.asarray(d, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    on = (d > 1) & (e.gate_timeout_iters > 0)
+    if not np.any(on):
+        z = np.zeros(np.broadcast(batch, d).shape)
+        return z + 1.0, z, z
+    T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
+    p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
+    alive = np.ones(np.broadcast(per_iter, offset, d).shape)       # no admission yet, not every rank has a prompt
+    f_prev = np.zeros_like(alive)
+    m1 = np.zeros_like(alive)
+    m2 = np.zeros_like(alive)
+    m3 = np.zeros_like(alive)
+    for k in range(1, T + 1):
+        mk = per_iter * k + offset
+        f = (1.0 - np.exp(-mk)) ** d
+        h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
+        g_all = k + W * (1.0 - p_idle)
+        m1 += alive * h_all * g_all
+        m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
+        m3 += alive * h_all * g_all**3
+        rest = alive * (1.0 - h_all)
+        waiting = 1.0 - np.exp(-mk * d)
+        h_idle = p_idle * waiting if k < T else 1.0
+        m1 += rest * h_idle * k
+        m2 += rest * h_idle * k * k
+        m3 += rest * h_idle * k**3
+        alive = rest * (1.0 - h_idle)
+        f_prev = f
+    m1 = np.where(on, m1, 1.0)
+    var = np.where(on, np.maximum(m2 - m1 * m1, 0.0), 0.0)
+    mu3 = np.where(on, m3 - 3.0 * m1 * var - m1**3, 0.0)
+    return m1, var, mu3
+
+
+# ---- the engine -----------------------------------------------------------------------------------------
+
+def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
+           workers=1.0) -> EngineResult:
+    """Poisson arrivals into one instance at mean occupancy B (Server/Interactive), costed by
+    ``step_cost``: decode iterations at the padded per-rank batch, the prefill increment of a
+    context iteration at the number of prompts it admits and the busiest rank's share."""
+    dq = 1.0 + plan.serving.draft_depth
+    d = np.asarray(layout.dp, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
+    ctx_tokens = stats.context_mean * batch
+    cache = {}
+
+    def decode_time(rows):
+        shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx_tokens / np.maximum(rows * d, 1e-30))
+        cache["decode"] = (shape, step_cost(plan, layout, shape))
+        return cache["decode"][1].total
+
+    def prefill_time(n, imb):
+        shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
+                        prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches)
+        return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
+
+    res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
+                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean)
+    res.shape, res.step = cache["decode"]
+    return res
+
+
+def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, decode_time, prefill_time, *,
+                 dq: float = 1.0, prompt_scale: float = 1.0) -> EngineResult:
+    """The scheduler's closed form for given iteration costs.
+
+    ``decode_time(rows)``: decode iteration time with ``rows`` sequences per rank (padded);
+    ``prefill_time(n, imbalance)``: extra context-iteration time per prompt when n prompts are
+    admitted together and the busiest rank holds ``imbalance`` × the mean rank's prompt tokens.
+    ``prompt_scale``: prompt tokens actually prefilled per ISL token (prefix-cache misses).
+    """
+    d = np.asarray(d, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    rows = padded_rows(engine, batch, d)
+    t_d = decode_time(rows)
+    # Little's law on the decode side: B·L/OSL prompts arrive per iteration
+    per_iter = batch * L / (stats.osl_mean * d)
+    eg, vg, g3 = gate_moments(engine, batch, d, per_iter)
+    gated = (d > 1) & (engine.gate_timeout_iters > 0)
+    for _ in range(3 if np.any(gated) else 1):
+        # prompts per context iteration (at least one) and the busiest rank's tokens
+        n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
+        big_mean, big_var = busiest_tokens(stats, n / d, d)
+        imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
+        s_mean = prefill_time(n, imb)
+        if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
+            rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+            stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
+            eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d)
+    s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
+    big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
+    # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
+    s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
+    chunk_wait = 0.0
+    if engine.chunked_prefill and engine.max_num_tokens is not None:
+        # a rank prefills at most its free budget per iteration: the busiest rank's prompts take
+        # ceil(tokens / free) context iterations, and prompt tokens queue at that service rate
+        # (M/D/1 wait at utilisation u = prompt tokens arriving per iteration / free)
+        free = np.maximum(engine.max_num_tokens - batch / d * dq, 1.0)
+        eg = eg + np.maximum(big_mean / free - 1.0, 0.0)
+        u = per_iter * stats.isl_mean * prompt_scale / free
+        per_prompt = stats.isl_mean * prompt_scale / free
+        chunk_wait = np.where(u < 1, per_prompt * (np.maximum(per_prompt - 1.0, 0.0) + u / (2.0 * np.maximum(1.0 - u, 1e-9))), np.inf)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats, q, None, g3)
+    if engine.chunked_prefill and engine.max_num_tokens is not None:
+        extra = chunk_wait * res.iteration_s
+        res.ttft_mean, res.ttft_p99, res.ttft_p50 = res.ttft_mean + extra, res.ttft_p99 + extra, res.ttft_p50 + extra
+        res.e2e_p99 = res.e2e_p99 + extra
+    res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
+    res.busiest_prompt_tokens = big_mean
+    res.decode_rows = rows
+    return res
+
+
+def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0) -> EngineResult:
+    """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
+    one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
+    rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+    rho = rate * s_mean
+    c_mean = eg * t_d / (1.0 - rho)
+    if one:
+        vx = rate * c_mean * s_sq
+    else:
+        vx = np.where(d > 1, s_tok * s_tok * big_var, rate * c_mean * s_sq)
+    c_var = (t_d * t_d * vg + vx) / (1.0 - rho * rho)
+    c_sq = c_var + c_mean**2
+    k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
+    theta = c_mean / k
+    c_cube = theta**3 * k * (k + 1) * (k + 2)
+    if np.any(vg > 0):
+        # gated: the iteration count is bounded by the timeout, so skew the period by its parts,
+        # the gate's own third moment and a gamma-shaped stall X, rather than by one gamma fit
+        x_mean = np.maximum(c_mean - eg * t_d, 1e-30)
+        x_var = np.maximum(c_var - t_d * t_d * vg, 0.0)
+        mu3 = t_d**3 * g3 + 2.0 * x_var**2 / x_mean
+        c_cube = np.where(vg > 0, c_mean**3 + 3.0 * c_mean * c_var + mu3, c_cube)
+    c_star = c_sq / c_mean
+    c_star_var = np.maximum(c_cube / c_mean - c_star**2, 0.0)
+    s_var = np.maximum(s_sq - s_mean**2, 0.0)
+    idle = np.exp(-np.asarray(batch, dtype=float))
+    busy = 1.0 - idle
+    b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
+    if one:
+        x_next_var = s_var + rate * s_sq * c_star
+    else:
+        x_next_var = np.where(d > 1, s_tok * s_tok * big_var * c_star / c_mean + s_var / d, s_var + rate * s_sq * c_star)
+    b_var = c_cube / c_mean / 12.0 + x_next_var + (0.5 + rho) ** 2 * c_star_var
+    i_mean = t_d + s_mean
+    ttft_mean = busy * b_mean + idle * i_mean
+    ttft_p = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, q)
+    ttft_p50 = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, 0.5)
+    it_mean = c_mean / eg
+    tpot_mean = it_mean / L
+    # variance per iteration of a long run: the stalls' variance and the count of context iterations
+    x_mean = c_mean - eg * t_d
+    c_var_it = (np.maximum(c_var - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
+    n_it = np.maximum(stats.osl_points / L - 1.0, 1.0)
+    amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L
+    tpot_p = tpot_mean + amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)
+    tpot_p50 = tpot_mean  # the normal mixture is symmetric about the mean
+    n99 = stats.osl_p99 / L
+    e2e = ttft_p + n99 * it_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho))
+    return EngineResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p,
+                        tpot_mean=tpot_mean, tpot_p99=tpot_p, e2e_p99=e2e, step=cost, prefill_share=rho,
+                        iteration_s=it_mean, decode_iteration_s=t_d + 0.0 * it_mean, gate_iters=eg + 0.0 * it_mean,
+                        ttft_p50=ttft_p50, tpot_p50=tpot_p50)
+
+
+def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=None, dq: float = 1.0):
+    """Engine limits as a mask and reason codes: batch cap per rank, token budget per iteration."""
+    b = np.asarray(batch, dtype=float) / d
+    shape = np.broadcast(b, big_mean if big_mean is not None else 0.0).shape
+    ok = np.ones(shape, dtype=bool)
+    reason = np.zeros(shape, dtype=np.int8)
+    if e.max_batch_size is not None:
+        cap = float(e.max_batch_size)
+        # the chance a rank is full (Poisson occupancy) stays below 1 − q
+        full = 1.0 - _poisson_cdf(cap - 1.0, b)
+        ok, reason = require(ok, reason, (b <= cap) & (full <= 1.0 - q), Reason.BATCH_LIMIT)
+    if e.max_num_tokens is not None:
+        free = e.max_num_tokens - b * dq
+        if e.chunked_prefill:
+            # prompt tokens arriving per iteration must stay below the free budget (else the
+            # prefill queue grows without bound)
+            per_iter_tokens = b * stats.isl_mean / stats.osl_mean
+            fits = per_iter_tokens < free
+        else:
+            # the longest prompt must fit beside the rank's decode tokens (else it blocks its rank,
+            # FCFS), and prompt tokens must arrive slower than one free budget per iteration;
+            # prompts that together overflow a context iteration only wait for the next one
+            fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean < free)
+        ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
+    return ok, reason
+
+
+def offline_limits(plan: Plan, layout: Layout, batch, stats: WorkloadStats):
+    """Offline: the batch cap per rank and the per-rank tokens of a steady-state step within budget."""
+    e = plan.engine
+    d = np.asarray(layout.dp, dtype=float)
+    b = np.asarray(batch, dtype=float) / d
+    ok = np.ones(np.broadcast(b, d).shape, dtype=bool)
+    reason = np.zeros(ok.shape, dtype=np.int8)
+    if e.max_batch_size is not None:
+        ok, reason = require(ok, reason, b <= e.max_batch_size, Reason.BATCH_LIMIT)
+    if e.max_num_tokens is not None:
+        dq = 1.0 + plan.serving.draft_depth
+        prompt = b * plan.serving.tokens_per_step / stats.osl_mean * stats.isl_mean
+        fits = b * dq + prompt <= e.max_num_tokens
+        if not e.chunked_prefill:
+            fits &= b * dq + stats.isl_max <= e.max_num_tokens
+        ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
+    return ok, reason
+
+
+# ---- prediction at a given load ---------------------------------------------------------------------
+
+def at_rate(plan: Plan, layout: Layout, rate, stats: WorkloadStats, percentile: float, workers, b_max,
+            n_grid: int = 240) -> tuple[EngineResult, np.ndarray, np.ndarray]:
+    """The engine at arrival rate ``rate`` per instance: the occupancy B with λ(B) = rate.
+
+    Returns (result at B, B, saturated): λ(B) is evaluated on a geometric occupancy axis up to
+    ``b_max`` (KV capacity; the batch cap per rank × d where lower), B interpolated in log B on its
+    rising part and the engine re-evaluated there. ``saturated`` where no B ≤ b_max reaches the rate.
+    """
+    b_max = float(b_max)
+    axis = np.geomspace(1e-3, max(b_max, 1e-3), n_grid)
+    r = server(plan, layout, axis, stats, percentile, workers)
+    lam = np.where(np.isfinite(r.rate) & (r.prefill_share < 1), r.rate, 0.0)
+    top = int(np.argmax(lam))
+    saturated = np.asarray(rate > lam[top])
+    rising = np.maximum.accumulate(lam[: top + 1])
+    b = float(np.exp(np.interp(min(rate, lam[top]), rising, np.log(axis[: top + 1]))))
+    return server(plan, layout, np.array([b]), stats, percentile, workers), np.array(b), saturated
+
+
+def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadStats, scenario, qps: float, b_max,
+                    workers) -> tuple[bool, str, dict]:
+    """Prediction at ``qps`` requests/s for the whole system (spread evenly over ``replicas``):
+    (meets every limit, the first broken limit's reason name or '', metrics)."""
+    slo = scenario.slo
+    q = slo.percentile
+    cap = plan.engine.max_batch_size
+    d = float(np.asarray(layout.dp))
+    limit = min(float(b_max), cap * d) if cap is not None else float(b_max)
+    res, b, saturated = at_rate(plan, layout, qps / replicas, stats, q, workers, limit)
+    pick = lambda a: float(np.ravel(a)[0])  # noqa: E731
+    m = {"requests_per_s": qps, "tokens_per_s": qps * stats.osl_mean, "occupancy": pick(b) * replicas,
+         "occupancy_per_instance": pick(b), "occupancy_per_rank": pick(b) / d, "iteration_s": pick(res.iteration_s),
+         "decode_iteration_s": pick(res.decode_iteration_s), "gate_iters": pick(res.gate_iters),
+         "ttft_p50_s": pick(res.ttft_p50), "ttft_s": pick(res.ttft_p99), "ttft_mean_s": pick(res.ttft_mean),
+         "tpot_p50_s": pick(res.tpot_p50), "tpot_s": pick(res.tpot_p99), "tpot_mean_s": pick(res.tpot_mean),
+         "prefill_share": pick(res.prefill_share)}
+    why = ""
+    if bool(saturated):
+        why = "BATCH_LIMIT" if cap is not None and cap * d <= float(b_max) else "SATURATED"
+    elif not bool(np.ravel(res.ok)[0]):
+        why = Reason(int(np.ravel(res.reason)[0])).name
+    elif slo.ttft_ms is not None and m["ttft_s"] > slo.ttft_ms * 1e-3:
+        why = "SLO_TTFT"
+    elif slo.tpot_ms is not None and m["tpot_s"] > slo.tpot_ms * 1e-3:
+        why = "SLO_TPOT"
+    return why == "", why, m

@@ -1,0 +1,256 @@
+"""The iteration-level scheduler (infersim.scheduler) against its discrete-event oracle
+(des.simulate_engine), and its exact reduction to today's queue (serving.server).
+
+Costs are synthetic and shared by both sides so that the test isolates the scheduling model:
+decode iteration t_d(rows) = 10 ms + 50 us × rows (rows: the busiest rank's decoding sequences,
+padded to the captured graph size), prefill stall = 20 us × the busiest rank's prompt tokens.
+Workload: llama2-70b Server prompt lengths (mean 222, p99 791), output lengths 32/64/128
+(30/40/30 %) so each run is short. Grid: d ∈ {1, 8}; gate off, 6/2 and 9/3 iterations
+(timeout/wait, the v5.1/v6.0 DeepSeek-R1 settings); no budget, a non-chunked and a chunked
+budget; loads at 30/60/90 % of capacity (the highest arrival rate the closed form sustains with
+the batch cap); 12,000 requests per run, seeded.
+
+Tolerances (module docstring of tests/test_queueing.py): means 5 % (throughput, occupancy, mean
+TTFT, mean TPOT), p99 TPOT 10 %, p99 TTFT 15 %; feasibility flags must agree (closed form
+BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slot above 1 − q or
+a prompt blocked by the budget left beside its rank's decode tokens).
+
+Measured (seed 3, this module's grid, 2026-11-23): 19 of 36 cases meet every tolerance. The
+misses are listed in KNOWN_GAPS (non-strict xfail) and are the model's open problems:
+- chunked prefill (budget 512 per rank): the closed form treats the prompt-token queue as an
+  M/D/1 queue served at the free budget per iteration and adds ceil(tokens/free) − 1 context
+  iterations per gate; the DES shows the chunked prompt occupying its rank for several iterations
+  (fewer decode slots, TPOT and occupancy off by up to 40 %) and a much longer prompt queue at
+  d = 1 (TTFT −30 … −70 %);
+- with the attention-DP gate 9/3, p99 TTFT is 16-19 % high at 30-60 % load (the period's
+  skew is built from the gate's own third moment and a gamma-shaped stall; the rest of the miss is
+  not yet explained);
+- at 90 % load with the gate and a non-chunked budget, the prompts that overflow a context
+  iteration wait for the next one; the closed form does not model that spill (occupancy and TPOT
+  10-18 % high against the DES, whose spilled prompts run in extra context iterations).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+import numpy as np
+import pytest
+
+from infersim import des, scheduler, serving
+from infersim.errors import Reason
+from infersim.plan import Engine
+from infersim.specs import catalog
+
+Q = 0.99
+N_REQUESTS = 12_000
+T0, T1, S_TOK = 0.010, 50e-6, 20e-6
+OSL = (np.array([32.0, 64.0, 128.0]), np.array([0.3, 0.4, 0.3]))
+GATES = {"off": (0, 0), "6/2": (6, 2), "9/3": (9, 3)}
+BUDGETS = {"none": (None, True), "flat2048": (2048, False), "chunk512": (512, True)}
+LOADS = (0.3, 0.6, 0.9)
+CAP = {1: 256, 8: 96}
+TOL = {"tokens_per_s": 0.05, "occupancy": 0.05, "ttft_mean": 0.05, "tpot_mean": 0.05, "tpot_p99": 0.10, "ttft_p99": 0.15}
+PAIRS = {"tokens_per_s": "tokens_per_s", "occupancy": "occupancy", "ttft_mean": "ttft_mean", "tpot_mean": "tpot_mean",
+         "tpot_p99": "tpot_p", "ttft_p99": "ttft_p"}
+
+
+@cache
+def stats() -> serving.WorkloadStats:
+    s = serving.WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama2-70b-server").workload)
+    pts = np.repeat(OSL[0], [5, 6, 5])
+    return dataclasses.replace(s, osl_mean=float(np.sum(OSL[0] * OSL[1])), osl_sq=float(np.sum(OSL[0] ** 2 * OSL[1])),
+                               osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=128.0,
+                               isl_max=float(np.max(s.isl_points)))
+
+
+def decode_time(rows):
+    return T0 + T1 * np.asarray(rows, dtype=float)
+
+
+def closed(engine: Engine, d: int, batch):
+    st = stats()
+    pre = lambda n, imb: S_TOK * st.isl_mean * imb / d  # noqa: E731  (X = s_tok × busiest rank's tokens)
+    return scheduler.engine_queue(engine, d, np.atleast_1d(np.asarray(batch, dtype=float)), st, 1.0, Q, decode_time, pre)
+
+
+def engine_for(d: int, gate: str, budget: str) -> Engine:
+    T, W = GATES[gate]
+    mnt, chunked = BUDGETS[budget]
+    sizes = (1, 2, 4, 8, 16, 32, 64, 128) if d > 1 else None
+    return Engine(max_batch_size=CAP[d], max_num_tokens=mnt, chunked_prefill=chunked, gate_timeout_iters=T,
+                  gate_wait_iters=W, graph_sizes=sizes)
+
+
+@cache
+def capacity(d: int, gate: str, budget: str) -> tuple[np.ndarray, np.ndarray]:
+    """Occupancy axis and rates; capacity is the largest rate where the closed form is feasible."""
+    b = np.geomspace(1.0, CAP[d] * d, 160)
+    r = closed(engine_for(d, gate, budget), d, b)
+    return b, np.where(r.ok, r.rate, 0.0)
+
+
+def case_ids():
+    for d in (1, 8):
+        for gate in (GATES if d > 1 else ["off"]):
+            for budget in BUDGETS:
+                for load in LOADS:
+                    yield d, gate, budget, load
+
+
+@cache
+def compare(d: int, gate: str, budget: str, load: float):
+    b, rate = capacity(d, gate, budget)
+    i = int(np.argmax(rate))
+    target = load * rate[i]
+    batch = float(np.interp(target, rate[: i + 1], b[: i + 1]))
+    eng = engine_for(d, gate, budget)
+    r = closed(eng, d, batch)
+    st = stats()
+    sim = des.simulate_engine(float(r.rate[0]), d, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
+                              n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
+    model = {k: float(np.ravel(getattr(r, k))[0]) for k in ("tokens_per_s", "ttft_mean", "tpot_mean", "tpot_p99", "ttft_p99")}
+    model["occupancy"] = batch
+    model["ok"] = bool(r.ok[0])
+    model["reason"] = int(r.reason[0])
+    return model, sim
+
+
+KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
+    (1, "off", "chunk512", 0.3): "ttft_mean -7 %; ttft_p99 -31 %",
+    (1, "off", "chunk512", 0.6): "ttft_mean -13 %; ttft_p99 -42 %",
+    (1, "off", "chunk512", 0.9): "ttft_mean -39 %; ttft_p99 -68 %",
+    (8, "off", "chunk512", 0.6): "occupancy +9 %; ttft_mean +8 %; tpot_mean +9 %; tpot_p99 +15 %",
+    (8, "off", "chunk512", 0.9): "occupancy +35 %; ttft_mean +64 %; tpot_mean +35 %; tpot_p99 +35 %; ttft_p99 +27 %",
+    (8, "6/2", "flat2048", 0.6): "ttft_p99 +16 %",
+    (8, "6/2", "flat2048", 0.9): "occupancy +11 %; ttft_mean +10 %; tpot_mean +11 %; tpot_p99 +14 %; ttft_p99 +20 %",
+    (8, "6/2", "chunk512", 0.6): "occupancy +12 %; ttft_mean -6 %; tpot_mean +12 %; tpot_p99 +13 %; ttft_p99 -42 %",
+    (8, "6/2", "chunk512", 0.9): "occupancy +35 %; ttft_mean -25 %; tpot_mean +36 %; tpot_p99 +41 %; ttft_p99 -56 %",
+    (8, "9/3", "none", 0.3): "ttft_p99 +17 %",
+    (8, "9/3", "none", 0.6): "ttft_p99 +19 %",
+    (8, "9/3", "flat2048", 0.3): "ttft_p99 +16 %",
+    (8, "9/3", "flat2048", 0.6): "ttft_mean +5 %; ttft_p99 +16 %",
+    (8, "9/3", "flat2048", 0.9): "occupancy +16 %; ttft_mean +11 %; tpot_mean +17 %; tpot_p99 +19 %",
+    (8, "9/3", "chunk512", 0.3): "ttft_mean -5 %; ttft_p99 -26 %",
+    (8, "9/3", "chunk512", 0.6): "occupancy +13 %; ttft_mean -33 %; tpot_mean +13 %; tpot_p99 +15 %; ttft_p99 -59 %",
+    (8, "9/3", "chunk512", 0.9): "occupancy +35 %; ttft_mean -62 %; tpot_mean +36 %; tpot_p99 +42 %; ttft_p99 -76 %",
+}
+
+
+def _params():
+    for c in case_ids():
+        gap = KNOWN_GAPS.get(c)
+        marks = [pytest.mark.xfail(strict=False, reason=f"known gap: {gap}")] if gap else []
+        yield pytest.param(*c, marks=marks, id=f"d{c[0]}-gate{c[1]}-{c[2]}-load{int(100 * c[3])}")
+
+
+def des_ok(sim) -> bool:
+    """Feasible in the DES: at most 1 − q of requests wait for a slot and no prompt is blocked."""
+    return sim.slot_wait_share <= 1 - Q and not sim.blocked
+
+
+@pytest.mark.parametrize("d, gate, budget, load", list(_params()))
+def test_closed_form_matches_engine_des(d, gate, budget, load):
+    model, sim = compare(d, gate, budget, load)
+    assert model["ok"] == des_ok(sim), (model["reason"], sim.slot_wait_share, sim.budget_spill_share, sim.blocked)
+    errs = {k: model[k] / getattr(sim, v) - 1.0 for k, v in PAIRS.items()}
+    bad = {k: f"{100 * e:+.1f} %" for k, e in errs.items() if abs(e) > TOL[k]}
+    assert not bad, f"outside tolerance: {bad}"
+
+
+def test_flags_agree_when_limits_bind():
+    """Above the cap / budget both sides flag the point."""
+    eng = Engine(max_batch_size=16, gate_timeout_iters=0)
+    r = closed(eng, 1, 15.5)
+    sim = des.simulate_engine(float(r.rate[0]), 1, eng, decode_time, S_TOK, (stats().isl_points, stats().isl_probs), OSL,
+                              n_requests=4000, seed=1)
+    assert int(r.reason[0]) == Reason.BATCH_LIMIT and not des_ok(sim)
+    eng = Engine(max_num_tokens=600, chunked_prefill=False)
+    r = closed(eng, 8, 200.0)
+    sim = des.simulate_engine(float(r.rate[0]), 8, eng, decode_time, S_TOK, (stats().isl_points, stats().isl_probs), OSL,
+                              n_requests=4000, seed=1)
+    assert int(r.reason[0]) == Reason.TOKEN_BUDGET and not des_ok(sim)
+
+
+# ---- exact reduction ------------------------------------------------------------------------------
+
+def test_reduces_exactly_to_the_server_queue():
+    """Gate off, one rank, no budget, every size captured: identical to serving.server."""
+    from infersim import api, optimizations as opt
+    from infersim.graph import Layout, resolve_formats
+    from infersim.plan import Plan
+
+    inp = api.load_inputs("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server")
+    base = Plan(hardware=inp.hardware, model=inp.model, formats=resolve_formats(inp.scenario.precision, inp.hardware))
+    plan = opt.apply_all(base, [opt.make("fusion", {})])
+    assert plan.engine == Engine()
+    st = serving.WorkloadStats.from_workload(inp.scenario.workload, inp.model)
+    lay = Layout(tp=8, ep=8, dp=1, pp=1)
+    batch = np.array([1.0, 7.0, 64.0, 500.0, 3000.0])
+    a, b = scheduler.server(plan, lay, batch, st), serving.server(plan, lay, batch, st)
+    for k in ("rate", "tokens_per_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99", "e2e_p99", "prefill_share"):
+        np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-12, err_msg=k)
+
+
+def test_batch_cap_never_exceeded_by_search():
+    """No feasible point runs more sequences per attention rank than max_batch_size."""
+    from infersim import api
+
+    p = api.predict("gb300-nvl72", "gpt-oss-120b", "mlperf-gpt-oss-120b-server", 72, round="v6.0")
+    g = p.result
+    per_rank = g.batch[None, :] / g.layouts["dp"][:, None]
+    assert p.plan.engine.max_batch_size == 896
+    assert np.all(per_rank[g.ok] <= 896)
+
+
+# ---- prediction at a load and validation at the measured load (CLI) --------------------------------
+
+def _cli(argv):
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from infersim.cli import app
+
+    r = CliRunner().invoke(app, argv)
+    return r.exit_code, (_json.loads(r.stdout) if r.exit_code == 0 and "json" in argv else r.output)
+
+
+def test_run_qps_predicts_at_the_load_or_names_the_limit():
+    base = ["run", "-H", "gb300-nvl72", "-m", "deepseek-r1", "-s", "mlperf-deepseek-r1-server", "-n", "72",
+            "--tp", "8", "--ep", "8", "--dp", "8", "--disable", "mtp", "--format", "json"]
+    code, d = _cli(base + ["--round", "v6.0", "--qps", "40"])
+    assert code == 0 and d["feasible"]
+    assert d["tokens_per_s"] == pytest.approx(40 * 3752.0, rel=1e-3)  # steady state: qps × mean OSL
+    assert d["occupancy_per_rank"] <= 640 and d["ttft_p50_s"] <= d["ttft_s"] and d["tpot_p50_s"] <= d["tpot_s"]
+    code, out = _cli(base[:-2] + ["--round", "v5.1", "--qps", "400"])
+    assert code == 1 and "400 requests/s" in out
+    code, out = _cli(["run", "-H", "b200", "-s", "mlperf-llama2-70b-offline", "--qps", "5"])
+    assert code == 2 and "--qps" in out
+
+
+def test_validate_at_load_reports_the_summary_keys(tmp_path):
+    import csv as _csv
+
+    from infersim import at_load
+
+    src = at_load.bundled_data()
+    rows = list(_csv.DictReader(src.open()))
+    keep = [r for r in rows if r["benchmark"] == "deepseek-r1" and r["scenario"] == "Server"][:3]
+    f = tmp_path / "ops.csv"
+    with f.open("w", newline="") as fh:
+        w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
+    assert code == 0
+    for k in ("rows", "tpot_p50_median_ape", "ttft_p99_median_abs_error_s", "tpot_p99_median_ape", "per_row"):
+        assert k in d
+    assert d["rows"] == 3
+    done = [r for r in d["per_row"] if not r["reason"]]
+    assert done and all(r["completed_tokens_per_s"] < r["steady_tokens_per_s"] for r in done)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("version,system\nv6.0,x\n")
+    code, out = _cli(["validate", "--at-load", "--data", str(bad)])
+    assert code == 2 and "missing required column" in out
