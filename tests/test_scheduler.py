@@ -16,7 +16,7 @@ BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slo
 a prompt blocked by the budget left beside its rank's decode tokens).
 
 Measured (seed 3, this module's grid, 2026-11-23): 19 of 36 cases meet every tolerance. The
-misses are listed in KNOWN_GAPS (non-strict xfail) and are the model's open problems:
+misses are listed in KNOWN_GAPS (strict xfail: a case that starts to pass fails until it is removed from the list) and are the model's open problems:
 - chunked prefill (budget 512 per rank): the closed form treats the prompt-token queue as an
   M/D/1 queue served at the free budget per iteration and adds ceil(tokens/free) − 1 context
   iterations per gate; the DES shows the chunked prompt occupying its rank for several iterations
@@ -141,7 +141,7 @@ KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
 def _params():
     for c in case_ids():
         gap = KNOWN_GAPS.get(c)
-        marks = [pytest.mark.xfail(strict=False, reason=f"known gap: {gap}")] if gap else []
+        marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
         yield pytest.param(*c, marks=marks, id=f"d{c[0]}-gate{c[1]}-{c[2]}-load{int(100 * c[3])}")
 
 
