@@ -22,6 +22,7 @@ from .hardware import HardwareSpec
 from .model import ModelSpec
 from .scenario import ScenarioFile as _ScenarioShim
 from .scenario import ScenarioSpec, with_trace
+from .workload_models import NonLlmModelFile, NonLlmScenarioSpec, is_non_llm_model, is_non_llm_scenario
 
 Kind = Literal["hardware", "model", "scenario"]
 KINDS: tuple[str, ...] = ("hardware", "model", "scenario")
@@ -104,8 +105,12 @@ def validate_kind(kind: str, data, file: str | None = None) -> Spec:
     if kind == "hardware":
         return validate_data(HardwareSpec, data, file=file)
     if kind == "model":
+        if is_non_llm_model(data):  # diffusion / recommender profiles declare their kind
+            return validate_data(NonLlmModelFile, data, file=file).root
         return validate_data(ModelSpec, data, file=file)
     if kind == "scenario":
+        if is_non_llm_scenario(data):
+            return validate_data(NonLlmScenarioSpec, data, file=file)
         return validate_data(_ScenarioShim, data, file=file).root
     raise SpecError(f"unknown profile kind '{kind}' (expected one of {', '.join(KINDS)})")
 
@@ -113,7 +118,7 @@ def validate_kind(kind: str, data, file: str | None = None) -> Spec:
 @lru_cache(maxsize=256)
 def _load_cached(kind: str, path: str, mtime: float) -> Spec:
     spec = validate_kind(kind, read_yaml(Path(path)), file=path)
-    if kind == "scenario":
+    if kind == "scenario" and not isinstance(spec, NonLlmScenarioSpec):
         spec = with_trace(spec, Path(path).parent)
     return spec
 

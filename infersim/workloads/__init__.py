@@ -1,0 +1,6 @@
+"""Non-LLM MLPerf workloads: text-to-video diffusion (WAN-2.2) and generative recommendation
+(DLRMv3). Costs come from the same roofline and collective models as the LLM path."""
+
+from .predict import WorkloadPrediction, is_workload_model, predict
+
+__all__ = ["predict", "is_workload_model", "WorkloadPrediction"]

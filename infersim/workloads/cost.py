@@ -1,0 +1,109 @@
+"""Shared costing for the non-LLM workloads: one stage's time from FLOPs, bytes and collectives.
+
+Every time comes from the roofline (``infersim.roofline``) and the collective model
+(``infersim.comm``) with the hardware profile's efficiency fields as the only free parameters:
+GEMMs use ``compute_fraction`` with the small-GEMM knee ``gemm_m_half``, attention kernels
+``attention_fraction``, streaming and gather traffic ``memory_fraction``, collectives
+``comm_fraction``, and each launched kernel ``launch_overhead_us``. The LLM round presets'
+software-maturity multipliers are not applied: they were fitted to LLM serving stacks
+(TensorRT-LLM, vLLM) and these workloads run on other software (TensorRT / Transformer Engine
+for the video transformer, TensorRT for DLRMv3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import comm, roofline
+from ..graph import Collective
+from ..specs.hardware import HardwareSpec
+
+KINDS: tuple[str, ...] = ("gemm", "attention", "elementwise", "memory", "comm", "overhead")
+"""Time categories of a workload breakdown (memory = gathers such as embedding lookups)."""
+
+
+@dataclass
+class StageCost:
+    """Seconds of one stage per kind (arrays broadcast over a layout grid), and the bound split."""
+
+    by_kind: dict[str, np.ndarray] = field(default_factory=lambda: {k: 0.0 for k in KINDS})
+    compute_bound: np.ndarray = 0.0
+    memory_bound: np.ndarray = 0.0
+    kernels: np.ndarray = 0.0
+
+    @property
+    def total(self):
+        return sum(self.by_kind.values())
+
+    def add(self, other: "StageCost", times=1.0) -> "StageCost":
+        """This stage plus ``times`` × ``other`` (a new object)."""
+        out = StageCost({k: self.by_kind[k] + times * other.by_kind[k] for k in KINDS},
+                        self.compute_bound + times * other.compute_bound,
+                        self.memory_bound + times * other.memory_bound, self.kernels + times * other.kernels)
+        return out
+
+
+class Coster:
+    """Accumulates operator times on one device of ``hw``; every method broadcasts."""
+
+    def __init__(self, hw: HardwareSpec):
+        self.hw = hw
+        self.eff = hw.efficiency
+        self.cost = StageCost()
+
+    def _op(self, kind: str, flops, bytes_moved, precision: str, efficiency, count=1.0):
+        rate = self.hw.compute.flop_rate(precision)
+        t, tc, tm = roofline.op_time(flops, bytes_moved, rate, self.hw.memory.bandwidth, efficiency,
+                                     self.eff.memory_fraction)
+        c = self.cost
+        c.by_kind[kind] = c.by_kind[kind] + count * t
+        c.compute_bound = c.compute_bound + count * np.where(tc >= tm, t, 0.0)
+        c.memory_bound = c.memory_bound + count * np.where(tc >= tm, 0.0, t)
+        c.kernels = c.kernels + count
+
+    def gemm(self, m, n, k, precision: str, count=1.0, weight_bytes_per_element=None):
+        """[m, k] x [k, n]; weights read once, activations in and out in ``precision``
+        (16 bit for wider-than-fp8 formats)."""
+        from ..units import BYTES_PER_ELEMENT
+
+        b = BYTES_PER_ELEMENT[precision]
+        wb = b if weight_bytes_per_element is None else weight_bytes_per_element
+        m = np.asarray(m, dtype=float)
+        eff = roofline.gemm_efficiency(m, self.eff.compute_fraction, self.eff.gemm_m_half)
+        self._op("gemm", 2.0 * m * n * k, k * n * wb + m * k * b + m * n * 2.0, precision, eff, count)
+
+    def attention(self, flops, bytes_moved, precision: str, count=1.0):
+        """A fused attention kernel (FlashAttention-class)."""
+        self._op("attention", flops, bytes_moved, precision, self.eff.attention_fraction, count)
+
+    def elementwise(self, bytes_moved, count=1.0):
+        """Memory-streaming kernels (norms, activations, residuals): bytes read + written."""
+        self._op("elementwise", 0.0, bytes_moved, "bf16", self.eff.compute_fraction, count)
+
+    def gather(self, bytes_moved, count=1.0):
+        """Row gathers from HBM (embedding lookups)."""
+        self._op("memory", 0.0, bytes_moved, "bf16", self.eff.compute_fraction, count)
+
+    def collective(self, kind: Collective, payload_bytes, group, count=1.0):
+        t = comm.collective_time(kind, payload_bytes, group, self.hw)
+        self.cost.by_kind["comm"] = self.cost.by_kind["comm"] + count * t
+        self.cost.kernels = self.cost.kernels + count * (np.asarray(group) > 1)
+
+    def overhead(self, seconds, count=1.0):
+        self.cost.by_kind["overhead"] = self.cost.by_kind["overhead"] + count * seconds
+
+    def finish(self) -> StageCost:
+        """The stage with one launch overhead per kernel added."""
+        c = self.cost
+        c.by_kind["overhead"] = c.by_kind["overhead"] + c.kernels * self.eff.launch_overhead_us * 1e-6
+        return c
+
+
+def bound_name(by_kind: dict[str, float], compute_bound: float, memory_bound: float) -> str:
+    """Dominant bound of a stage: compute, memory, communication or overhead."""
+    memory = memory_bound
+    cands = {"compute": compute_bound, "memory": memory, "communication": by_kind["comm"],
+             "overhead": by_kind["overhead"]}
+    return max(cands.items(), key=lambda kv: kv[1])[0]
