@@ -346,8 +346,21 @@ def run_cmd(
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
-    from . import api, report, tco
+    from . import api, report, tco, workloads
 
+    if workloads.handles(model, scenario):  # text-to-video / recommendation: samples/s
+        workloads.reject_llm_flags(round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch,
+                                   enable=enable, disable=disable, set=set_, price_per_hour=price, tco_capex=tco_capex,
+                                   explain=explain)
+        wpred = workloads.predict(hardware, model, scenario, accelerators)
+        if fmt == OutputFormat.json:
+            typer.echo(report.to_json(wpred.to_dict()))
+        elif wpred.feasible:
+            for table in workloads.tables(wpred.to_dict()):
+                _console().print(table)
+        if not wpred.feasible:
+            raise InfeasibleError(wpred.reason)
+        return
     if tco_capex is not None:
         if price is not None:
             raise SpecError("give either --price-per-hour or --tco-capex, not both")

@@ -463,23 +463,37 @@ def head_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> li
     ]
 
 
+VISION_PATCH_PIXELS = 16 * 16
+"""Pixels per vision-encoder patch (Qwen3-VL: 16x16 patches before the 2x2 merge)."""
+
+
 def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> list[Op]:
     """Vision encoder for the step's prompts (ViT over each image's patches), once per step.
 
     Notes
     -----
-    Per prompt with P patches: linear FLOPs ≈ 2·params·P, attention FLOPs 4·P²·hidden·layers (full
-    attention within an image); weights are read once per step in 16 bit. Runs on the attention
-    ranks (data parallel under attention DP). Averaged over pipeline stages like the head.
+    Per prompt with P patches: the transformer blocks (fused QKV + output 4·h², MLP 2·h·I per
+    layer) run on all P patches; the remaining parameters (patch-merger MLPs, incl. DeepStack's)
+    run on the merged tokens, P / (pixels_per_token / patch pixels). Attention is full within an
+    image: 4·P²·h FLOPs per layer, costed as an attention kernel. 16-bit weights are read once per
+    step. Runs on the attention ranks (data parallel under attention DP); averaged over pipeline
+    stages like the head.
     """
     v = model.vision_encoder
     patches = shape.prefill_seqs * shape.prefill_patches / layout.dp
     per_prompt = shape.prefill_patches
-    flops = 2.0 * v.params_b * 1e9 * patches + 4.0 * patches * per_prompt * v.hidden_size * v.n_layers
+    block_params = v.n_layers * (4.0 * v.hidden_size ** 2 + 2.0 * v.hidden_size * v.intermediate_size)
+    merger_params = max(v.params_b * 1e9 - block_params, 0.0)
+    merge = v.pixels_per_token / VISION_PATCH_PIXELS
+    linear = 2.0 * block_params * patches + 2.0 * merger_params * patches / merge
+    attn = 4.0 * patches * per_prompt * v.hidden_size * v.n_layers
     weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES, 0.0)
     act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers
-    return [Op("vision_encoder", OpKind.GEMM, 1.0 / layout.pp, flops=flops, bytes=weights + act, precision="bf16",
-               m=np.maximum(per_prompt, 1.0), block="vision")]
+    qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers
+    return [Op("vision_encoder", OpKind.GEMM, 1.0 / layout.pp, flops=linear, bytes=weights + act, precision="bf16",
+               m=np.maximum(per_prompt, 1.0), block="vision"),
+            Op("vision_attention", OpKind.ATTENTION, 1.0 / layout.pp, flops=attn, bytes=qkvo, precision="bf16",
+               block="vision")]
 
 
 def build_graph(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, *, moe_imbalance=1.0,

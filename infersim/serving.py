@@ -17,12 +17,10 @@ import math
 from statistics import NormalDist
 
 from .engine import StepCost, step_cost
-from .graph import Layout, Shape
+from .graph import VISION_PATCH_PIXELS, Layout, Shape
 from .plan import Plan
 
 
-VISION_PATCH_PIXELS = 16 * 16
-"""Pixels per vision-encoder patch (Qwen3-VL: 16x16 patches before the 2x2 merge)."""
 
 
 @dataclass(frozen=True)

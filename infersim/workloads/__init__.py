@@ -1,6 +1,7 @@
 """Non-LLM MLPerf workloads: text-to-video diffusion (WAN-2.2) and generative recommendation
 (DLRMv3). Costs come from the same roofline and collective models as the LLM path."""
 
+from .cli_support import handles, reject_llm_flags, tables
 from .predict import WorkloadPrediction, is_workload_model, predict
 
-__all__ = ["predict", "is_workload_model", "WorkloadPrediction"]
+__all__ = ["predict", "is_workload_model", "WorkloadPrediction", "handles", "reject_llm_flags", "tables"]
