@@ -499,7 +499,7 @@ def validate_cmd(
     at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
 ) -> None:
     """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
-    from . import validation
+    from . import validation, workloads
 
     if at_load:
         from . import at_load as al
@@ -515,6 +515,16 @@ def validate_cmd(
             typer.echo(text)
         return
 
+    if data is not None and workloads.is_metric_csv(data):  # rows in samples/s or latency (non-LLM, Qwen3-VL)
+        if plot is not None:
+            raise SpecError("--plot is not available for samples/s rows")
+        rows_m, summary = workloads.validate_metric_csv(data)
+        text = workloads.render_validation(rows_m, summary, fmt.value)
+        if out is not None:
+            validation.write_text(out, text)
+        else:
+            typer.echo(text.rstrip("\n"))
+        return
     rows = validation.load_rows(data or validation.bundled_data())
     report = validation.validate(rows)
     text = report.render(fmt.value)

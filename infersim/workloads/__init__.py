@@ -3,5 +3,8 @@
 
 from .cli_support import handles, reject_llm_flags, tables
 from .predict import WorkloadPrediction, is_workload_model, predict
+from .validate import is_metric_csv, validate_metric_csv
+from .validate import render as render_validation
 
-__all__ = ["predict", "is_workload_model", "WorkloadPrediction", "handles", "reject_llm_flags", "tables"]
+__all__ = ["predict", "is_workload_model", "WorkloadPrediction", "handles", "reject_llm_flags", "tables",
+           "is_metric_csv", "validate_metric_csv", "render_validation"]
