@@ -107,6 +107,7 @@ class Prediction:
             d[key] = m.get(key)
         if "qps" in self.config:  # prediction at a given load
             d.update({k: m[k] for k in AT_LOAD_KEYS if k in m})
+        d["samples_per_s"] = m.get("requests_per_s")  # MLPerf's sample = one request (Qwen3-VL's metric)
         d["config"] = self.config
         d["breakdown"] = self.breakdown
         return d

@@ -213,6 +213,18 @@ LIST_COLUMNS = {
 LIST_ROW = {"hardware": _hardware_row, "model": _model_row, "scenario": _scenario_row}
 
 
+def _list_row(kind: str, pid: str, spec) -> list[Any]:
+    from . import workloads  # non-LLM model and scenario specs fill the same columns
+
+    return workloads.profile_row(pid, spec) if workloads.is_workload_spec(spec) else LIST_ROW[kind](pid, spec)
+
+
+def _derived(kind: str, spec) -> list[tuple[str, str]]:
+    from . import workloads
+
+    return workloads.derived_rows(spec) if workloads.is_workload_spec(spec) else DERIVED[kind](spec)
+
+
 def _derived_hardware(hw: HardwareSpec) -> list[tuple[str, str]]:
     rows = [(f"{p} dense peak", _si(hw.compute.flop_rate(p), "FLOP/s"))
             for p in ("bf16", "fp8", "fp4") if hw.compute.supports(p)]
@@ -283,7 +295,7 @@ def profiles_list(
     console = _console()
     for g in [group] if group else list(Group):
         kind = GROUP_KIND[g]
-        rows = [LIST_ROW[kind](pid, catalog.load(kind, pid)) for pid in catalog.list_ids(kind)]
+        rows = [_list_row(kind, pid, catalog.load(kind, pid)) for pid in catalog.list_ids(kind)]
         console.print(_table(g.value, LIST_COLUMNS[kind], rows))
 
 
@@ -299,7 +311,7 @@ def profiles_show(
     spec = catalog.load(kind_name, path)
     typer.echo(f"# {path}")
     typer.echo(path.read_text(encoding="utf-8").rstrip("\n"))
-    _console().print(_table(f"derived ({kind_name} {path.stem})", ("quantity", "value"), DERIVED[kind_name](spec)))
+    _console().print(_table(f"derived ({kind_name} {path.stem})", ("quantity", "value"), _derived(kind_name, spec)))
 
 
 @app.command("schema")

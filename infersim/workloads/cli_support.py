@@ -8,7 +8,7 @@ from rich.table import Table
 
 from ..errors import SpecError
 from ..specs import catalog
-from ..specs.workload_models import NonLlmScenarioSpec
+from ..specs.workload_models import DiffusionVideoModelSpec, GenerativeRecommenderSpec, NonLlmScenarioSpec
 from .predict import is_workload_model
 
 
@@ -64,3 +64,48 @@ def tables(d: dict[str, Any]) -> list[Table]:
         for k, v in dict_.items():
             bt.add_row(f"{part}: {k.removesuffix('_s')}", _ms(v), f"{v / total:.1%}")
     return [head, bt]
+
+
+def is_workload_spec(spec) -> bool:
+    """True for the model and scenario specs of the non-LLM workloads."""
+    return isinstance(spec, (DiffusionVideoModelSpec, GenerativeRecommenderSpec, NonLlmScenarioSpec))
+
+
+def profile_row(pid: str, spec) -> list[Any]:
+    """A ``profiles list`` row in the LLM columns (model: ID, name, total B, active B, layers,
+    attention, experts, KV B/token; scenario: ID, kind, model, ISL, OSL, TTFT, TPOT)."""
+    if isinstance(spec, DiffusionVideoModelSpec):
+        d = spec.transformer
+        return [pid, spec.name, f"{spec.weight_params / 1e9:,.1f}", f"{d.params_per_expert / 1e9:,.1f}", d.n_layers,
+                "full (video DiT)", f"{d.n_experts} noise experts", None]
+    if isinstance(spec, GenerativeRecommenderSpec):
+        dense = spec.hstu.n_layers * spec.hstu.params_per_layer + spec.candidate_mlp_params
+        rows = sum(t.rows * t.dim for t in spec.tables)
+        return [pid, spec.name, f"{(rows + dense) / 1e9:,.1f}", f"{dense / 1e9:,.3f}", spec.hstu.n_layers,
+                "HSTU pointwise", "—", None]
+    return [pid, spec.kind, spec.model, None, None, None, None]
+
+
+def derived_rows(spec) -> list[tuple[str, str]]:
+    """``profiles show`` quantities of a non-LLM model or scenario."""
+    if isinstance(spec, DiffusionVideoModelSpec):
+        d = spec.transformer
+        return [("parameters per expert", f"{d.params_per_expert / 1e9:.2f} B"),
+                ("experts (one runs per step)", str(d.n_experts)),
+                ("text encoder parameters", f"{spec.text_encoder.params / 1e9:.2f} B"),
+                ("resident weights at fp8 (experts) + bf16 (text encoder)",
+                 f"{(d.n_experts * d.params_per_expert + 2 * spec.text_encoder.params) / 1e9:,.1f} GB")]
+    if isinstance(spec, GenerativeRecommenderSpec):
+        return [("embedding tables", f"{spec.table_bytes / 1e9:,.1f} GB"),
+                ("HSTU parameters per layer", f"{spec.hstu.params_per_layer / 1e6:.2f} M"),
+                ("longest sequence", f"{spec.hstu.max_seq_len:,} tokens")]
+    w = spec.workload
+    rows = [("kind", spec.kind), ("model", str(spec.model)), ("workload", w.kind)]
+    if w.kind == "text_to_video":
+        rows += [("video", f"{w.width_px}x{w.height_px}, {w.frames} frames"),
+                 ("transformer passes", f"{w.denoising_steps} steps x {w.guidance_branches}")]
+    else:
+        rows += [("sequence", f"{w.history_tokens:,.0f} history + {w.candidates:,} candidates + {w.contextual_tokens}")]
+    if spec.slo is not None:
+        rows.append((f"p{spec.slo.percentile:g} latency limit", f"{spec.slo.latency_ms:g} ms"))
+    return rows
