@@ -45,6 +45,9 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
             raise SpecError("no --model given and the scenario names no default model")
         model = sc.model
     md, md_id = get("model", model)
+    if getattr(md, "kind", None) is not None or getattr(sc.workload, "kind", None) is not None:
+        raise SpecError(f"'{md_id}' / '{sc_id}' is a non-LLM (text-to-video or recommendation) workload: "
+                        "only `infersim run` and `infersim validate` support it")
     if trace is not None:
         from .specs.scenario import load_trace
 

@@ -210,3 +210,11 @@ def test_bundled_rows_load_with_their_metric():
     rows = load_metric_rows(REPO / "data" / "mlperf_non_llm_results.csv")
     assert {r.metric for r in rows} == {"samples_per_s", "latency_s"}
     assert all(r.metric == "latency_s" for r in rows if r.scenario == "singlestream")
+
+
+@pytest.mark.parametrize("argv", [["pareto", "-H", "b200", "-s", "mlperf-dlrm-v3-offline"],
+                                  ["ablate", "-H", "b200", "-s", "mlperf-wan2.2-t2v-offline"],
+                                  ["pareto", "-H", "b200", "-m", DLRM, "-s", "mlperf-llama2-70b-offline"]])
+def test_llm_only_commands_reject_non_llm_workloads(runner, argv):
+    r = runner.invoke(app, argv)
+    assert r.exit_code == 2 and "non-LLM" in r.output
