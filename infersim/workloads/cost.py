@@ -19,6 +19,7 @@ import numpy as np
 from .. import comm, roofline
 from ..graph import Collective
 from ..specs.hardware import HardwareSpec
+from ..units import BYTES_PER_ELEMENT
 
 KINDS: tuple[str, ...] = ("gemm", "attention", "elementwise", "memory", "comm", "overhead")
 """Time categories of a workload breakdown (memory = gathers such as embedding lookups)."""
@@ -39,10 +40,9 @@ class StageCost:
 
     def add(self, other: "StageCost", times=1.0) -> "StageCost":
         """This stage plus ``times`` × ``other`` (a new object)."""
-        out = StageCost({k: self.by_kind[k] + times * other.by_kind[k] for k in KINDS},
-                        self.compute_bound + times * other.compute_bound,
-                        self.memory_bound + times * other.memory_bound, self.kernels + times * other.kernels)
-        return out
+        return StageCost({k: self.by_kind[k] + times * other.by_kind[k] for k in KINDS},
+                         self.compute_bound + times * other.compute_bound,
+                         self.memory_bound + times * other.memory_bound, self.kernels + times * other.kernels)
 
 
 class Coster:
@@ -66,8 +66,6 @@ class Coster:
     def gemm(self, m, n, k, precision: str, count=1.0, weight_bytes_per_element=None):
         """[m, k] x [k, n]; weights read once, activations in and out in ``precision``
         (16 bit for wider-than-fp8 formats)."""
-        from ..units import BYTES_PER_ELEMENT
-
         b = BYTES_PER_ELEMENT[precision]
         wb = b if weight_bytes_per_element is None else weight_bytes_per_element
         m = np.asarray(m, dtype=float)
@@ -103,7 +101,6 @@ class Coster:
 
 def bound_name(by_kind: dict[str, float], compute_bound: float, memory_bound: float) -> str:
     """Dominant bound of a stage: compute, memory, communication or overhead."""
-    memory = memory_bound
-    cands = {"compute": compute_bound, "memory": memory, "communication": by_kind["comm"],
+    cands = {"compute": compute_bound, "memory": memory_bound, "communication": by_kind["comm"],
              "overhead": by_kind["overhead"]}
     return max(cands.items(), key=lambda kv: kv[1])[0]

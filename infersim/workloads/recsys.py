@@ -26,7 +26,7 @@ import numpy as np
 from ..graph import Collective
 from ..specs.hardware import HardwareSpec
 from ..specs.workload_models import GenerativeRecommenderSpec, RecommendationWorkload
-from ..units import BYTES_PER_ELEMENT, GIB, MS
+from ..units import GIB, MS
 from .cost import Coster, StageCost
 
 HIDDEN_BYTES = 2.0
@@ -40,6 +40,10 @@ output LayerNorm and the gating u ⊙ norm(attn), the residual add."""
 ACTIVATION_WIDTHS = 8.0
 """Embedding-width buffers per token alive at once (input, U, V, Q, K, attention output, the
 3-way concatenation); sizes the activation memory per request."""
+
+SHARD_THRESHOLD_BYTES = 1.0 * GIB
+"""Tables above this size are sharded over the system (row-wise); smaller ones are replicated."""
+
 
 BATCHES = np.unique(np.round(np.geomspace(1, 4096, 49))).astype(float)
 """Requests per batch searched per accelerator."""
@@ -82,10 +86,6 @@ def lookup_bytes(model: GenerativeRecommenderSpec, shape: SequenceShape) -> tupl
         else:
             replicated += rows * t.row_bytes
     return sharded, replicated
-
-
-SHARD_THRESHOLD_BYTES = 1.0 * GIB
-"""Tables above this size are sharded over the system (row-wise); smaller ones are replicated."""
 
 
 def batch_cost(model: GenerativeRecommenderSpec, wl: RecommendationWorkload, hw: HardwareSpec, batch,
