@@ -72,14 +72,17 @@ def test_images_add_lm_tokens_and_vision_encoder_work():
     vl = load_model("qwen3-vl-235b-a22b")
     text = WorkloadStats.from_workload(sc.workload)
     multi = WorkloadStats.from_workload(sc.workload, vl)
-    # one 1024x1024 image: 1,048,576 px / 1024 px per LM token = 1024 extra prompt tokens,
-    # and 1,048,576 / 256 = 4096 encoder patches
-    assert multi.isl_mean == pytest.approx(text.isl_mean + 1024)
-    assert multi.vision_patches == pytest.approx(4096)
+    # one image of image_pixels: pixels / 1024 per LM token extra prompt tokens, pixels / 256 patches
+    px = sc.workload.image_pixels
+    assert multi.isl_mean == pytest.approx(text.isl_mean + px / 1024)
+    assert multi.vision_patches == pytest.approx(px / 256)
     g = build_graph(vl, Shape(prefill_seqs=1, prefill_len=1524, prefill_len_sq=1524**2, prefill_patches=4096),
                     Layout(), Formats("bf16", "bf16", "bf16"))
-    (op,) = [o for o in g.ops if o.name == "vision_encoder"]
-    # 2 · 0.58e9 · 4096 + 4 · 4096² · 1152 · 27 FLOPs
-    assert float(op.flops) == pytest.approx(2 * 0.58e9 * 4096 + 4 * 4096**2 * 1152 * 27)
+    ops = {o.name: o for o in g.ops}
+    # blocks (4h² + 2hI per layer) on all 4096 patches, the merger MLPs on the 1024 merged tokens,
+    # and full attention within the image 4 · 4096² · 1152 · 27 as an attention kernel
+    blocks = 27 * (4 * 1152**2 + 2 * 1152 * 4304)
+    assert float(ops["vision_encoder"].flops) == pytest.approx(2 * blocks * 4096 + 2 * (0.58e9 - blocks) * 1024)
+    assert float(ops["vision_attention"].flops) == pytest.approx(4 * 4096**2 * 1152 * 27)
     # a text model ignores the images
     assert WorkloadStats.from_workload(sc.workload, load_model("qwen3-235b-a22b")).vision_patches == 0
