@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+from infersim.specs import catalog
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -485,7 +487,8 @@ def test_fixing_the_decode_layout_leaves_the_prefill_pool_searched(interactive_7
 
 # ---- monotone in accelerators ------------------------------------------------------------------------------
 
-_MLPERF_SCENARIOS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "scenarios").glob("mlperf-*.yaml"))
+_MLPERF_SCENARIOS = sorted(p.stem for p in (Path(__file__).resolve().parent.parent / "scenarios").glob("mlperf-*.yaml")
+                           if getattr(catalog.load("scenario", p.stem).workload, "kind", None) is None)  # LLM scenarios
 _MONO_HARDWARE = ("b200", "gb300-nvl72", "h200-sxm", "mi355x", "tpu-v7")
 
 
