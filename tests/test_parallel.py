@@ -9,8 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-
-from infersim.specs import catalog
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,6 +18,7 @@ from infersim.errors import Reason
 from infersim.graph import Formats, Layout
 from infersim.plan import Plan, SearchSpace
 from infersim.serving import WorkloadStats
+from infersim.specs import catalog
 
 import strategies as S
 
