@@ -147,6 +147,9 @@ def test_round_chain_composes_monotone_values_and_its_sparsity():
     bad = {**current, "v6.0": {"kernel_efficiency": 0.8, "host_overhead_scale": 1.0}}
     ps, notes = acc_params.round_parameters(rounds, "v5.1", ["kernel_efficiency"], bad, order=order)
     assert [p.initial for p in ps if p.owner == "v6.0"] == [1.0] and "slower than v5.1" in notes[0]
+    early = {**current, "v5.0": {"kernel_efficiency": 1.1, "host_overhead_scale": 1.0}}
+    _, notes = acc_params.round_parameters(rounds, "v5.1", ["kernel_efficiency"], early, order=order)
+    assert "v5.0.kernel_efficiency starts faster than v5.1" in notes[0]
 
 
 @pytest.fixture(scope="module")

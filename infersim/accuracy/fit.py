@@ -118,7 +118,7 @@ def _median_ape(values: Sequence[float | None], published: np.ndarray) -> float 
 
 def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
               fit_rounds: bool = True, parameters: Sequence[str] = DEFAULT_PARAMETERS,
-              round_parameters: Sequence[str] = ROUND_PARAMETERS, min_rows: int = 3, max_nfev: int = 6,
+              round_parameters: Sequence[str] = ROUND_PARAMETERS, min_rows: int = 3, max_nfev: int = 5,
               prior_weight: float = 0.05, f_scale: float = 0.25, diff_step: float = 0.05, pin_choices: bool = True,
               start: Literal["current", "default"] = "current", cv: bool = False, cv_max_nfev: int = 8,
               cv_folds: Sequence[str] | None = None, presets_dir: str | os.PathLike | None = None,

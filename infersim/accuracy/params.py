@@ -172,7 +172,8 @@ def round_parameters(rounds: Sequence[str], reference: str, names: Sequence[str]
             if start == "current":
                 g = improvement(name, current[r][name], current[nb][name], newer)
                 if not 1.0 <= g <= f.max_step * (1 + 1e-9):
-                    what = "slower than" if g < 1 else f"more than {f.max_step:g}x better than"
+                    what = ("slower than" if newer else "faster than") if g < 1 else \
+                        f"more than {f.max_step:g}x apart from"
                     notes.append(f"{r}.{name} starts {what} {nb} ({current[r][name]:.4g} vs "
                                  f"{current[nb][name]:.4g}); started at the nearest allowed value")
             out.append(Parameter("step", r, name, 1.0, f.max_step, float(min(max(g, 1.0), f.max_step)), 1.0, nb))

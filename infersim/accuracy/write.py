@@ -138,7 +138,11 @@ def write(result: CalibrationResult, out_dir: str | os.PathLike | None = None, *
     from .yamledit import edited_text
 
     plans = plan(result, out_dir, in_place=in_place)
-    texts = [(dst, edited_text(src, section, values, record, cls)) for src, dst, section, values, record, cls in plans]
+    texts = []
+    for src, dst, section, values, record, cls in plans:
+        owner = src.stem
+        defaults = {n: result.defaults[f"{owner}.{n}"] for n in values if f"{owner}.{n}" in result.defaults}
+        texts.append((dst, edited_text(src, section, values, record, cls, defaults)))
     written = [write_atomic(dst, text.encode("utf-8")) for dst, text in texts]
     if not in_place and result.presets and result.scope is None:
         # a usable presets folder: the rounds not fitted are copied unchanged

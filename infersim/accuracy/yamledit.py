@@ -82,11 +82,13 @@ def documented_defaults(path: str | Path, section: str | None, names, class_defa
     return out
 
 
-def _mark(mapping, key, old_value) -> None:
+def _mark(mapping, key, old_value, default_value: float | None = None) -> None:
     """Mark ``key``'s comment as calibrated, keeping the documented default and the old text."""
     tok, text = _comment(mapping, key)
     m = _DEFAULT.match(text)
     default, rest = (m.group(1), m.group(2)) if m else (_scalar_text(old_value), text)
+    if default_value is not None:
+        default = _scalar_text(float(default_value))
     new = f"calibrated; default {default}" + (f", {rest}" if rest else "")
     if tok is not None:
         first, sep, tail = tok.value.partition("\n")
@@ -121,8 +123,11 @@ def _plain(obj):
 
 
 def edited_text(path: str | Path, section: str | None, updates: Mapping[str, float], record: Mapping[str, Any],
-                spec_cls) -> str:
+                spec_cls, defaults: Mapping[str, float] | None = None) -> str:
     """New text of ``path`` with ``updates`` set and ``record`` as its ``calibration:`` block.
+
+    ``defaults`` gives the documented default written into each fitted value's comment (else
+    the one already in the comment, else the old value).
 
     Raises SpecError when the file is not a mapping, when the edited text does not read back
     as the intended data, or when the result is not a valid ``spec_cls``.
@@ -144,7 +149,7 @@ def edited_text(path: str | Path, section: str | None, updates: Mapping[str, flo
         old = target.get(name)
         target[name] = float(value)
         want_target[name] = round(float(value), 12)
-        _mark(target, name, old if old is not None else "unset")
+        _mark(target, name, old if old is not None else "unset", (defaults or {}).get(name))
     rec = CommentedMap()
     for k, v in record.items():
         rec[k] = CommentedSeq(v) if isinstance(v, list) else v
