@@ -82,7 +82,8 @@ def test_recovers_known_efficiencies_from_synthetic_data():
     rows = synthetic_rows("h100-sxm", TRUE)
     default = catalog.load_hardware("h100-sxm").efficiency
     assert abs(default.compute_fraction - TRUE["compute_fraction"]) > 0.1  # the fit must move
-    result = accuracy.calibrate(rows, ["h100-sxm"], fit_rounds=False, parameters=tuple(TRUE), prior_weight=0.0)
+    result = accuracy.calibrate(rows, ["h100-sxm"], fit_rounds=False, parameters=tuple(TRUE), prior_weight=0.0,
+                                max_nfev=30)
     fitted = result.hardware["h100-sxm"]
     assert fitted["compute_fraction"] == pytest.approx(TRUE["compute_fraction"], rel=0.03)
     assert fitted["memory_fraction"] == pytest.approx(TRUE["memory_fraction"], rel=0.03)
