@@ -260,8 +260,8 @@ def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[s
                     f"the {'newer' if _newer(p.owner, p.neighbour) else 'older'} round "
                     f"{'slower' if _newer(p.owner, p.neighbour) else 'faster'}, which the constraint forbids")
         else:
-            text = (f"{p.label} = {rounds[p.owner][p.name]:.4g} is {p.upper:g}x better than {p.neighbour}'s, "
-                    "the largest improvement allowed between adjacent rounds")
+            text = (f"{p.label} = {rounds[p.owner][p.name]:.4g} is {p.upper:g}x apart from {p.neighbour}'s "
+                    f"{rounds[p.neighbour][p.name]:.4g}, the largest change allowed between adjacent rounds")
         out.append(Finding(p.label, float(v), float(bound), side, text))
     stepped = {(p.owner, p.name) for p in params if p.kind == "step"}
     for r, vals in rounds.items():
