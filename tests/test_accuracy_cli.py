@@ -53,3 +53,17 @@ def test_validate_refuses_an_unknown_plot_type_and_a_folder_as_out(runner, tmp_p
     assert not (tmp_path / "x.jpg").exists()
     result = runner.invoke(app, ["validate", "--data", str(SMALL), "--out", str(tmp_path)])
     assert result.exit_code == 2 and "folder" in result.stderr
+
+
+def test_calibrate_one_hardware_writes_only_its_profile(runner, tmp_path):
+    """Issue reproducer: ``calibrate --hardware l40s --out DIR`` wrote all 17 profiles."""
+    before = {p: p.read_bytes() for d in ("hardware_profiles", "presets") for p in (REPO / d).glob("*.yaml")}
+    result = runner.invoke(app, ["calibrate", "--hardware", "l40s", "--out", str(tmp_path / "cal"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)  # progress went to stderr: stdout is one JSON document
+    assert set(d["hardware"]) == {"l40s"} and d["presets"] == {} and d["transferred"] == {}
+    written = sorted(p.relative_to(tmp_path / "cal").as_posix() for p in (tmp_path / "cal").rglob("*") if p.is_file())
+    assert written == ["hardware_profiles/l40s.yaml"]
+    assert {p: p.read_bytes() for p in before} == before
+    text = (tmp_path / "cal" / "hardware_profiles" / "l40s.yaml").read_text()
+    assert "rows: 4" in text and "no rows" not in text
