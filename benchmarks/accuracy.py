@@ -1,11 +1,13 @@
 """Accuracy benchmark: infersim vs the bundled MLPerf results (or any CSV of the same columns).
 
 Prints the accuracy table (all rows, frontier, by model / hardware / scenario / round), the
-worst 10 rows and the wall time of the whole validation. With ``--cv`` it also prints
-cross-validated (held-out) error after calibration: leave one round out and leave one hardware
-out. ``--calibrate`` prints the in-sample fit on all rows.
+worst 10 rows and the wall time of the whole accuracy. ``--calibrate`` prints the in-sample fit
+on all frontier rows, its wall time, and every parameter on a bound of its documented range.
+``--cv`` prints cross-validated (held-out) error: leave one round out, leave one hardware out and
+leave one model out (frontier median / p90), each fold fitted from the documented defaults.
+Nothing is written to the profiles.
 
-    python benchmarks/accuracy.py [--data FILE] [--cv] [--calibrate] [--plot FILE.png] [--json FILE]
+    python benchmarks/accuracy.py [--data FILE] [--calibrate] [--cv] [--plot FILE.png] [--json FILE]
 
 Accuracy is measured here, never asserted by timed tests (shared/DESIGN.md, Targets).
 """
@@ -20,7 +22,8 @@ import time
 
 _T0 = time.perf_counter()
 
-from infersim import calibration, validation  # noqa: E402
+from infersim import accuracy  # noqa: E402
+from infersim.accuracy.progress import LineProgress  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,15 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write the validation report (JSON) here")
     ap.add_argument("--calibrate", action="store_true", help="also fit all rows and print the in-sample fit")
     ap.add_argument("--cv", action="store_true", help="also cross-validate the calibration (slow)")
-    ap.add_argument("--max-nfev", type=int, default=30, help="optimizer iterations for --calibrate")
-    ap.add_argument("--cv-max-nfev", type=int, default=8, help="optimizer iterations per CV fold")
-    ap.add_argument("--cv-folds", default="round,hardware", help="comma-separated: round, hardware")
+    ap.add_argument("--max-nfev", type=int, default=None, help="optimizer evaluations for --calibrate (default: calibrate's)")
+    ap.add_argument("--cv-max-nfev", type=int, default=8, help="optimizer evaluations per CV fold")
+    ap.add_argument("--cv-folds", default="round,hardware,model", help="comma-separated: round, hardware, model")
     args = ap.parse_args(argv)
 
-    data = args.data or str(validation.bundled_data())
+    data = args.data or str(accuracy.bundled_data())
     t = time.perf_counter()
-    rows = validation.load_rows(data)
-    report = validation.validate(rows, workers=args.workers)
+    rows = accuracy.load_rows(data)
+    report = accuracy.validate(rows, workers=args.workers)
     wall = time.perf_counter() - t
     print(report.to_table(worst=args.worst))
     print()
@@ -48,23 +51,32 @@ def main(argv: list[str] | None = None) -> int:
           f"{wall / max(report.predictions, 1) * 1e3:.1f} ms each); since process start incl. imports: "
           f"{time.perf_counter() - _T0:.2f} s; CPUs: {os.cpu_count()}")
     if args.plot:
-        print(f"plot: {validation.plot(report, args.plot)}")
+        print(f"plot: {accuracy.plot(report, args.plot)}")
     if args.json:
-        print(f"json: {validation.write_text(args.json, report.to_json())}")
+        print(f"json: {accuracy.write_text(args.json, report.to_json())}")
     if args.calibrate:
         print("\n== calibration on all frontier rows (in-sample) ==")
-        res = calibration.calibrate(rows, max_nfev=args.max_nfev, workers=args.workers, log=_log)
+        t = time.perf_counter()
+        kw = {} if args.max_nfev is None else {"max_nfev": args.max_nfev}
+        res = accuracy.calibrate(rows, workers=args.workers, progress=LineProgress(_log), **kw)
         print(res.to_table())
+        print(f"calibrate wall time: {time.perf_counter() - t:.1f} s ({res.evaluations} evaluations, "
+              f"{res.predictions} predictions); in-sample frontier median {res.after['median_ape']:.1f} %, "
+              f"p90 {res.after['p90_ape']:.1f} %; parameters on a bound: {len(res.findings)}")
     if args.cv:
         print(f"\n== cross-validation (max_nfev {args.cv_max_nfev} per fold) ==")
         t = time.perf_counter()
-        cv = calibration.cross_validate(rows, folds=tuple(args.cv_folds.split(",")), max_nfev=args.cv_max_nfev,
-                                        workers=args.workers, log=_log)
-        print(calibration.format_cv(cv))
+        cv = accuracy.cross_validate(rows, folds=tuple(args.cv_folds.split(",")), max_nfev=args.cv_max_nfev,
+                                     workers=args.workers, progress=LineProgress(_log))
+        print(accuracy.format_cv(cv))
+        for kind, block in cv.items():
+            print(f"{kind}: frontier median {block['median_ape']:.1f} %, p90 {block['p90_ape']:.1f} % "
+                  f"({block['rows']} held-out rows; uncalibrated {block['uncalibrated_median_ape']:.1f} % / "
+                  f"{block['uncalibrated_p90_ape']:.1f} %)")
         print(f"cross-validation wall time: {time.perf_counter() - t:.0f} s")
         if args.json:
             base, ext = os.path.splitext(args.json)
-            path = validation.write_text(f"{base}.cv{ext or '.json'}", json.dumps(cv, indent=2, default=str))
+            path = accuracy.write_text(f"{base}.cv{ext or '.json'}", json.dumps(cv, indent=2, default=str))
             print(f"cv json: {path}")
     return 0
 

@@ -111,7 +111,7 @@ def predict_row(cols: dict[str, str], systems: _Systems) -> dict[str, Any]:
     from .graph import Layout
     from .scheduler import operating_point
     from .serving import WorkloadStats
-    from .validation import resolve_preset
+    from .accuracy.data import resolve_preset
 
     out: dict[str, Any] = {k: cols.get(k, "") for k in ("version", "submitter", "system", "benchmark", "scenario")}
     scen = cols.get("scenario", "").strip().lower()

@@ -511,7 +511,7 @@ def validate_cmd(
     at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
 ) -> None:
     """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
-    from . import validation, workloads
+    from . import accuracy, workloads
 
     if at_load:
         from . import at_load as al
@@ -522,7 +522,7 @@ def validate_cmd(
         else:
             text = "\n".join(f"{k}: {v}" for k, v in result.items() if k != "per_row")
         if out is not None:
-            validation.write_text(out, text + "\n")
+            accuracy.write_text(out, text + "\n")
         else:
             typer.echo(text)
         return
@@ -533,44 +533,46 @@ def validate_cmd(
         rows_m, summary = workloads.validate_metric_csv(data)
         text = workloads.render_validation(rows_m, summary, fmt.value)
         if out is not None:
-            validation.write_text(out, text)
+            accuracy.write_text(out, text)
         else:
             typer.echo(text.rstrip("\n"))
         return
-    rows = validation.load_rows(data or validation.bundled_data())
-    report = validation.validate(rows)
+    report = accuracy.validate(accuracy.load_rows(data or accuracy.bundled_data()))
     text = report.render(fmt.value)
     if out is not None:
-        validation.write_text(out, text)
+        accuracy.write_text(out, text)
     else:
         typer.echo(text.rstrip("\n"))
     if plot is not None:
-        validation.plot(report, plot)
+        accuracy.plot(report, plot)
 
 
 @app.command("calibrate")
 @handle_errors
 def calibrate_cmd(
     data: Optional[Path] = typer.Option(None, "--data", help="CSV of published results (default: the bundled MLPerf rows)."),
-    hardware: Optional[list[str]] = typer.Option(None, "--hardware", help="Fit only these hardware IDs (repeatable)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Write calibrated copies of the profiles and presets here."),
+    hardware: Optional[list[str]] = typer.Option(None, "--hardware", help="Fit only these hardware IDs (repeatable); round presets stay unchanged."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write calibrated copies of the profiles and presets here (never in place)."),
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite the profiles and presets themselves."),
-    cv: bool = typer.Option(False, "--cv", help="Also report leave-one-round-out and leave-one-hardware-out error."),
+    cv: bool = typer.Option(False, "--cv", help="Also report leave-one-round-out, leave-one-hardware-out and leave-one-model-out error."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
     Nothing is written unless --out or --in-place is given.
     """
-    from . import calibration, validation
+    from . import accuracy
 
     if out is not None and in_place:
         raise SpecError("give either --out DIR or --in-place, not both")
-    rows = validation.load_rows(data or validation.bundled_data())
-    res = calibration.calibrate(rows, hardware or None, cv=cv, log=lambda m: typer.echo(m, err=True))
-    typer.echo(json.dumps(res.to_dict(), indent=2) if fmt == OutputFormat.json else res.to_table())
+    if out is not None:
+        accuracy.check_out_dir(out)  # refuse before a long fit, not after
+    rows = accuracy.load_rows(data or accuracy.bundled_data())
+    with accuracy.for_stderr() as progress:
+        res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress)
+    typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())
     if out is not None or in_place:
-        for path in calibration.write(res, None if in_place else out, in_place=in_place):
+        for path in accuracy.write(res, None if in_place else out, in_place=in_place):
             typer.echo(f"wrote {path}", err=True)
 
 

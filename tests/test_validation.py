@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infersim import api, validation
+from infersim import accuracy, api
 from infersim.optimizations import presets
 from infersim.errors import SpecError
-from infersim.validation import PredictionKey, load_rows, make_row, validate
+from infersim.accuracy import PredictionKey, load_rows, make_row, validate
 
 DATA = Path(__file__).resolve().parent / "data"
 SMALL = DATA / "validation_small.csv"
@@ -107,7 +107,7 @@ def test_predictor_keys_use_round_presets_and_scenario_ids():
 def test_frontier_selection_on_hand_made_set():
     rows = load_rows(DATA / "frontier_small.csv")
     # groups: (v5.1,h100,offline,8) → 300 wins; acc 4; server; v5.0; h200 tie → first one
-    assert validation.frontier_mask(rows) == [False, True, False, True, True, True, True, False]
+    assert accuracy.frontier_mask(rows) == [False, True, False, True, True, True, True, False]
 
 
 def test_unknown_ids_become_per_row_reasons_and_a_real_row_is_predicted():
@@ -135,15 +135,15 @@ def test_unknown_ids_become_per_row_reasons_and_a_real_row_is_predicted():
 
 
 def test_round_without_preset_uses_nearest_earlier(tmp_path):
-    bundled = validation.preset_rounds()
+    bundled = accuracy.preset_rounds()
     for name in ("v4.1", "v5.1"):
         shutil.copy(presets.presets_dir() / f"{name}.yaml", tmp_path)
-    assert validation.resolve_preset("v5.0", tmp_path) == "v4.1"
-    assert validation.resolve_preset("v7.2", tmp_path) == "v5.1"
-    assert validation.resolve_preset("v3.0", tmp_path) == "v4.1"  # before all presets: the earliest
-    assert validation.resolve_preset(bundled[-1]) == bundled[-1]
+    assert accuracy.resolve_preset("v5.0", tmp_path) == "v4.1"
+    assert accuracy.resolve_preset("v7.2", tmp_path) == "v5.1"
+    assert accuracy.resolve_preset("v3.0", tmp_path) == "v4.1"  # before all presets: the earliest
+    assert accuracy.resolve_preset(bundled[-1]) == bundled[-1]
     with pytest.raises(SpecError):
-        validation.resolve_preset("latest-ish", tmp_path)
+        accuracy.resolve_preset("latest-ish", tmp_path)
 
 
 def test_json_and_csv_outputs_keep_every_row_and_column():
@@ -169,7 +169,7 @@ def test_json_and_csv_outputs_keep_every_row_and_column():
 
 def test_plot_is_written_atomically(tmp_path):
     report = validate(load_rows(SMALL), predictor=fake_predictor([]))
-    out = validation.plot(report, tmp_path / "acc.png")
+    out = accuracy.plot(report, tmp_path / "acc.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["acc.png"]  # no temporary file left behind
 
@@ -185,7 +185,7 @@ def test_progress_and_parallel_workers_agree():
 
 
 def test_whole_bundled_data_set_is_predicted_or_explained():
-    rows = load_rows(validation.bundled_data())
+    rows = load_rows(accuracy.bundled_data())
     assert len(rows) == 442
     report = validate(rows)
     s = report.summary

@@ -192,6 +192,8 @@ class CalibrationRecord(Spec):
     """In-sample median absolute percentage error after the fit, %."""
     parameters: list[str]
     """Names of the efficiency parameters that were fitted."""
+    findings: list[str] = Field(default_factory=list)
+    """Fitted values that ended on (or within 1 % of) a bound of their documented range."""
 
 
 class EfficiencySpec(Spec):

@@ -30,7 +30,12 @@ METRICS: tuple[str, ...] = ("samples_per_s", "latency_s")
 
 
 def is_metric_csv(path: str | os.PathLike) -> bool:
-    """True when the CSV header has the ``metric`` and ``value`` columns (and no tokens_per_s)."""
+    """True when the CSV header has the ``metric`` and ``value`` columns (and no tokens_per_s).
+
+    Only a regular file is opened (a FIFO or device would block); anything else is left to the
+    loader, which refuses it with a clear message."""
+    if not Path(path).is_file():
+        return False
     try:
         with open(path, encoding="utf-8-sig", newline="") as f:
             header = next(csv.reader(f), [])
@@ -120,7 +125,7 @@ def predict_row(row: MetricRow) -> None:
             row.predicted = p.metrics["samples_per_s"] if row.metric == "samples_per_s" else p.metrics["latency_s"]
             return
         from .. import api
-        from ..validation import resolve_preset
+        from ..accuracy.data import resolve_preset
 
         if row.metric != "samples_per_s":
             row.reason = "LLM rows are validated on samples_per_s only"

@@ -1,0 +1,189 @@
+"""Cross-validation: the error on frontier rows the fit never saw.
+
+Three fold kinds: leave one round out, leave one hardware out and leave one model out. Each
+fold fits the parameters on the other rows, starting from the documented defaults (so no fold
+starts from values fitted on its own test rows), and predicts the held-out frontier rows:
+
+- a hardware the fold did not fit gets the fleet prior (``transfer_prior``), as new hardware would;
+- a round the fold did not fit gets the geometric mean of its nearest fitted older and newer
+  rounds' factors (one neighbour only: that neighbour's factors), which keeps the round order.
+
+The uncalibrated error beside each figure uses the documented defaults throughout.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import SpecError
+from .data import Row, load_rows, version_key
+from .fit import DEFAULT_PARAMETERS, FitRow, _vals, calibrate, fit_rows, hardware_defaults, round_defaults, round_sig
+from .params import HARDWARE_RANGES, ROUND_FACTORS
+from .progress import Progress
+from .result import CalibrationResult
+from .runner import Runner, default_workers
+from .summary import stats
+
+FOLD_KINDS: tuple[str, ...] = ("round", "hardware", "model")
+"""Fold kinds: the row field held out."""
+
+_FOLD_FIELD = {"round": "version", "hardware": "hardware", "model": "model"}
+
+SCALE_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction")
+"""Fractions transferred as ratios to each hardware's own documented default; the others as values."""
+
+
+def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None = None) -> dict[str, float]:
+    """Efficiencies for hardware the fit did not cover: the fleet's calibrated-to-default ratio.
+
+    Notes
+    -----
+    For a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over the fitted
+    hardware h, where p_default is the documented (spec-sheet) default, never a fitted value;
+    clipped to the parameter's range. Other parameters (small-GEMM knee, step overhead) take
+    the fleet median. Leave-one-hardware-out CV predicts the held-out hardware with this rule.
+    """
+    names = sorted({n for v in result.hardware.values() for n in v})
+    default = hardware_defaults(runner or Runner(result.presets_dir), hw_id, names)
+    out = {}
+    for name in names:
+        fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
+        if name in SCALE_PARAMETERS:
+            ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted if result.defaults.get(f"{h}.{name}")]
+            value = default[name] * float(np.median(ratios))
+        else:
+            value = float(np.median([val for _, val in fitted]))
+        rng = HARDWARE_RANGES[name]
+        out[name] = round_sig(float(np.clip(value, rng.lower, rng.upper)))
+    return out
+
+
+def held_out_round(result: CalibrationResult, round_name: str) -> dict[str, float]:
+    """Round factors for a round the fit did not fit (see the module notes)."""
+    usable = {r: v for r, v in result.round_values.items() if r in result.presets or r == result.reference_round}
+    if round_name in usable:
+        return dict(usable[round_name])
+    k = version_key(round_name)
+    older = [r for r in usable if version_key(r) < k]
+    newer = [r for r in usable if version_key(r) > k]
+    picks = ([max(older, key=version_key)] if older else []) + ([min(newer, key=version_key)] if newer else [])
+    if not picks:
+        return dict(result.round_values.get(round_name) or round_defaults(tuple(ROUND_FACTORS)))
+    return {n: float(math.exp(np.mean([math.log(usable[r][n]) for r in picks]))) for n in usable[picks[0]]}
+
+
+def _held_out(run: Runner, result: CalibrationResult, test: Sequence[FitRow], names: Sequence[str]) -> list[dict]:
+    hw_vals: dict[str, dict[str, float]] = {}
+    base_hw: dict[str, dict[str, float]] = {}
+    out = []
+    for fr in test:
+        h, r = fr.key.hardware, fr.key.preset
+        if h not in hw_vals:
+            base_hw[h] = hardware_defaults(run, h, names)
+            hw_vals[h] = dict(result.hardware.get(h) or transfer_prior(result, h, run))
+        after = run.predict(fr.key, _vals(hw_vals[h]), _vals(held_out_round(result, r)))
+        before = run.predict(fr.key, _vals(base_hw[h]), _vals(round_defaults(tuple(ROUND_FACTORS))))
+        out.append({"row": fr.row, "predicted": after.value, "default": before.value, "reason": after.reason})
+    return out
+
+
+def _fold_stats(items: list[dict[str, Any]]) -> dict[str, Any]:
+    ape = [abs(i["predicted"] / i["row"].tokens_per_s - 1) * 100 for i in items if i["predicted"] is not None]
+    base = [abs(i["default"] / i["row"].tokens_per_s - 1) * 100 for i in items if i["default"] is not None]
+    med, p90 = stats(ape)
+    bmed, bp90 = stats(base)
+    return {"rows": len(items), "n_failed": len(items) - len(ape), "median_ape": med, "p90_ape": p90,
+            "uncalibrated_median_ape": bmed, "uncalibrated_p90_ape": bp90}
+
+
+def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
+                   folds: Sequence[str] = FOLD_KINDS, fit_rounds: bool = True, min_rows: int = 3, max_nfev: int = 8,
+                   progress: Progress | None = None, workers: int | None = None,
+                   presets_dir: str | os.PathLike | None = None, runner: Runner | None = None,
+                   **fit_kwargs) -> dict[str, Any]:
+    """Held-out error: leave one round, one hardware and one model out.
+
+    Parameters
+    ----------
+    rows : rows (or a CSV path); only frontier rows are fitted and tested.
+    hardware_ids : test only rows of these hardware (default: all).
+    folds : fold kinds, a subset of ``FOLD_KINDS``.
+    max_nfev : optimizer evaluations per fold fit.
+    **fit_kwargs : passed to :func:`calibrate` (``parameters``, ``prior_weight`` …).
+
+    Returns
+    -------
+    dict with ``leave_one_round_out``, ``leave_one_hardware_out`` and/or
+    ``leave_one_model_out``, each with pooled ``rows, n_failed, median_ape, p90_ape`` over all
+    held-out frontier rows (and ``uncalibrated_*`` at the documented defaults), ``folds`` (per
+    held-out value), ``max_nfev`` and ``seconds``. A hardware with fewer than ``min_rows``
+    frontier rows is not held out on its own.
+    """
+    for kind in folds:
+        if kind not in FOLD_KINDS:
+            raise SpecError(f"unknown fold kind '{kind}' (expected {', '.join(FOLD_KINDS)})")
+    if isinstance(rows, (str, os.PathLike)):
+        rows = load_rows(rows)
+    rows = list(rows)
+    prog = progress or Progress()
+    names = tuple(fit_kwargs.get("parameters") or DEFAULT_PARAMETERS)
+    own = runner is None
+    run = runner or Runner(presets_dir)
+    try:
+        everything, _ = fit_rows(rows, hardware_ids, presets_dir)
+        if own:
+            run.start_pool(default_workers(len(everything) * 8) if workers is None else workers)
+        out: dict[str, Any] = {}
+        for kind in folds:
+            t0 = time.perf_counter()
+            attr = _FOLD_FIELD[kind]
+            groups: dict[str, list[FitRow]] = {}
+            for fr in everything:
+                groups.setdefault(getattr(fr.row, attr), []).append(fr)
+            order = sorted(groups, key=version_key) if kind == "round" else sorted(groups)
+            fold_out, pooled = {}, []
+            for name in order:
+                test = groups[name]
+                if kind == "hardware" and len(test) < min_rows:
+                    continue
+                train = [r for r in rows if getattr(r, attr) != name]
+                res = calibrate(train, fit_rounds=fit_rounds, transfer=False, min_rows=min_rows, max_nfev=max_nfev,
+                                presets_dir=presets_dir, runner=run, start="default", progress=prog,
+                                phase=f"cv {kind}: leave out {name} ({len(test)} rows)", **fit_kwargs)
+                items = _held_out(run, res, test, names)
+                pooled += items
+                fold_out[name] = {**_fold_stats(items), "fit_rows": res.rows, "fit_median_ape": res.after["median_ape"],
+                                  "fit_seconds": res.seconds}
+                prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
+                         f"({len(test)} rows)")
+            out[f"leave_one_{kind}_out"] = {**_fold_stats(pooled), "folds": fold_out, "max_nfev": max_nfev,
+                                           "seconds": time.perf_counter() - t0}
+        return out
+    finally:
+        if own:
+            run.close()
+
+
+def format_cv(cv: dict[str, Any]) -> str:
+    """A plain-text table of cross-validation results."""
+    f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    lines = []
+    for kind, block in cv.items():
+        lines.append(f"{kind.replace('_', ' ')} (held-out frontier rows, max_nfev {block['max_nfev']}, "
+                     f"{block['seconds']:.0f} s)")
+        lines.append(f"  {'held out':<16}{'rows':>6}{'median APE %':>14}{'p90 APE %':>11}{'uncalibrated med %':>20}")
+        for name, s in block["folds"].items():
+            lines.append(f"  {name:<16}{s['rows']:>6}{f(s['median_ape']):>14}{f(s['p90_ape']):>11}"
+                         f"{f(s['uncalibrated_median_ape']):>20}")
+        lines.append(f"  {'pooled':<16}{block['rows']:>6}{f(block['median_ape']):>14}{f(block['p90_ape']):>11}"
+                     f"{f(block['uncalibrated_median_ape']):>20}")
+    return "\n".join(lines)
+
+
+__all__ = ["FOLD_KINDS", "cross_validate", "format_cv", "transfer_prior", "held_out_round", "SCALE_PARAMETERS"]

@@ -1,0 +1,379 @@
+"""The fit: named, physically bounded parameters fitted to published frontier rows.
+
+Residual per frontier row i: r_i = log(pred_i(θ) / published_i), plus a weak prior
+``prior_weight · (x_j − x_prior_j)`` per parameter, with x the parameter scaled to [0, 1] over its
+documented range (``params``). Minimised by ``scipy.optimize.least_squares`` (trf, soft_l1 loss)
+with a finite-difference Jacobian whose sparsity pattern (a row depends only on its own
+hardware's parameters and on the round steps between its round and the reference) lets one
+evaluation perturb many columns at once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import SpecError
+from .data import PredictionKey, Row, data_label, frontier_mask, load_rows, row_keys, version_key
+from .params import (HARDWARE_RANGES, ROUND_FACTORS, Parameter, bound_findings, check_names, hardware_parameters,
+                     monotone_violations, round_values, step_support)
+from .params import round_parameters as _round_params
+from .progress import Progress
+from .result import CalibrationResult
+from .runner import Lock, Runner, Values, default_workers
+from .summary import stats
+
+DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
+                                       "step_overhead_ms")
+"""Hardware efficiency parameters fitted by default. ``memory_fraction`` (weight streaming) stays
+at its measured default: fitting it lets it absorb errors from elsewhere."""
+
+ROUND_PARAMETERS: tuple[str, ...] = tuple(ROUND_FACTORS)
+"""Per-round preset parameters (software maturity)."""
+
+INFEASIBLE_RESIDUAL = -3.0
+"""log(pred/published) charged to a row that becomes infeasible during the fit (pred ≈ 5 %)."""
+
+REPIN_FRACTION = 0.05
+"""The fit continues with re-pinned choices when the full search changed them for more rows than this."""
+
+SIGNIFICANT_DIGITS = 4
+"""Fitted values are rounded to this many significant digits before they are reported or written."""
+
+
+@dataclass(frozen=True)
+class FitRow:
+    row: Row
+    key: PredictionKey
+
+
+def round_sig(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
+    if x == 0 or not math.isfinite(x):
+        return float(x)
+    return float(f"{x:.{digits}g}")
+
+
+def fit_rows(rows: Sequence[Row], hardware_ids: Iterable[str] | None, presets_dir=None
+             ) -> tuple[list[FitRow], list[tuple[Row, str]]]:
+    """Frontier rows (of ``hardware_ids`` when given) with their keys; rows without a key, with the reason."""
+    rows = list(rows)
+    wanted = set(hardware_ids) if hardware_ids is not None else None
+    out, bad = [], []
+    for r, front, key in zip(rows, frontier_mask(rows), row_keys(rows, presets_dir)):
+        if not front or (wanted is not None and r.hardware not in wanted):
+            continue
+        if isinstance(key, str):
+            bad.append((r, key))
+        else:
+            out.append(FitRow(r, key))
+    return out, bad
+
+
+def _class_defaults(cls) -> dict[str, float]:
+    return {name: f.default for name, f in cls.model_fields.items() if isinstance(f.default, (int, float))}
+
+
+def hardware_defaults(runner: Runner, hw_id: str, names: Sequence[str]) -> dict[str, float]:
+    """Documented (spec-sheet) defaults of a hardware's efficiency parameters.
+
+    Read from the profile's ``# calibrated; default X`` comments; a profile given as an object
+    (``hardware_override``) has its own values as defaults.
+    """
+    from ..specs import catalog
+    from ..specs.hardware import EfficiencySpec
+    from .yamledit import documented_defaults
+
+    eff = runner.base_hardware(hw_id).efficiency
+    if hw_id in runner.hardware_override:
+        return {n: float(getattr(eff, n)) for n in names}
+    try:
+        return documented_defaults(catalog.resolve("hardware", hw_id), "efficiency", names,
+                                   _class_defaults(EfficiencySpec))
+    except (SpecError, OSError):
+        return {n: float(getattr(eff, n)) for n in names}
+
+
+def round_defaults(names: Sequence[str]) -> dict[str, float]:
+    """Documented default of each round factor: the preset field default (1.0, no maturity change)."""
+    from ..optimizations.presets import PresetSpec
+
+    d = _class_defaults(PresetSpec)
+    return {n: float(d[n]) for n in names}
+
+
+def _vals(d: Mapping[str, float]) -> Values:
+    return tuple(sorted((k, float(v)) for k, v in d.items()))
+
+
+def _median_ape(values: Sequence[float | None], published: np.ndarray) -> float | None:
+    return stats([abs(v / p - 1) * 100 for v, p in zip(values, published) if v is not None])[0]
+
+
+def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
+              fit_rounds: bool = True, parameters: Sequence[str] = DEFAULT_PARAMETERS,
+              round_parameters: Sequence[str] = ROUND_PARAMETERS, min_rows: int = 3, max_nfev: int = 5,
+              prior_weight: float = 0.05, f_scale: float = 0.25, diff_step: float = 0.05, pin_choices: bool = True,
+              start: Literal["current", "default"] = "current", cv: bool = False, cv_max_nfev: int = 8,
+              cv_folds: Sequence[str] | None = None, presets_dir: str | os.PathLike | None = None,
+              progress: Progress | None = None, workers: int | None = None, transfer: bool = True,
+              runner: Runner | None = None, phase: str = "fit") -> CalibrationResult:
+    """Fit hardware efficiencies (and round maturities) to the frontier rows of ``rows``.
+
+    Parameters
+    ----------
+    rows : rows from :func:`infersim.accuracy.load_rows` (or a CSV path). Only frontier rows
+        (best published result per version, hardware, model, scenario, accelerators) are fitted.
+    hardware_ids : fit only these hardware profiles and only their parameters; round presets,
+        shared by every hardware, are then left unchanged, and no prior is transferred.
+    fit_rounds : also fit ``round_parameters`` of each round preset with rows, except the
+        reference round (the one with most rows), whose values anchor the shared scale.
+    parameters : efficiency fields fitted per hardware (keys of ``params.HARDWARE_RANGES``).
+    min_rows : a hardware (or round) with fewer usable frontier rows keeps its values.
+    max_nfev : optimizer function evaluations (scipy ``max_nfev``; Jacobian evaluations not counted).
+    prior_weight : weight of a ridge term pulling each parameter to its documented default, per
+        unit of its range; keeps parameters the data cannot see near their defaults.
+    f_scale : soft_l1 scale in log units (0.25 ≈ 28 % error): larger residuals count ~linearly.
+    diff_step : finite-difference step, as a fraction of each parameter's range.
+    pin_choices : evaluate trial points with each key's optional round transforms and aggregated
+        layout pinned to what the full search chose; the final numbers re-run the full search,
+        and the fit continues once (``max_nfev // 2``) if the choices changed for more than
+        ``REPIN_FRACTION`` of the rows.
+    start : ``current`` (the profile and preset values) or ``default`` (documented defaults:
+        what cross-validation uses, so that no fold starts from values fitted on its test rows).
+    cv : also run :func:`infersim.accuracy.cross_validate` (``cv_max_nfev`` per fold, ``cv_folds``).
+    presets_dir : presets folder (default: the bundled presets).
+    progress : receives phases and per-evaluation residuals (see ``progress.Progress``).
+    workers : processes for predictions (default: one per CPU, at most 4).
+    transfer : give every hardware without enough rows the fleet prior (``transfer_prior``);
+        only for a fit over all hardware.
+
+    Returns
+    -------
+    CalibrationResult (nothing is written; see :func:`infersim.accuracy.write`).
+    """
+    from scipy.optimize import least_squares
+
+    t0 = time.perf_counter()
+    prog = progress or Progress()
+    if isinstance(rows, (str, os.PathLike)):
+        rows = load_rows(rows)
+    rows = list(rows)
+    data = data_label(rows[0].file) if rows else "<memory>"
+    scope = None
+    if hardware_ids is not None:
+        from ..specs import catalog
+
+        scope = sorted({catalog.profile_id("hardware", h) for h in hardware_ids})
+        fit_rounds, transfer = False, False
+    names_r = tuple(round_parameters) if fit_rounds else ()
+    check_names(parameters, names_r)
+    own = runner is None
+    run = runner or Runner(presets_dir)
+    try:
+        fit, excluded = fit_rows(rows, scope, presets_dir)
+        if own:
+            run.start_pool(default_workers(len(fit) * 8) if workers is None else workers)
+        hw_ids = sorted({fr.key.hardware for fr in fit})
+        rounds_all = sorted({fr.key.preset for fr in fit}, key=version_key)
+        defaults_hw = {h: hardware_defaults(run, h, parameters) for h in hw_ids}
+        current_hw = {h: {n: float(getattr(run.base_hardware(h).efficiency, n)) for n in parameters} for h in hw_ids}
+        rnd_names = tuple(ROUND_FACTORS)
+        current_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in rnd_names} for r in rounds_all}
+        base_hw = current_hw if start == "current" else defaults_hw
+        base_rnd = current_rnd if start == "current" else {r: round_defaults(rnd_names) for r in rounds_all}
+
+        def tasks(hw: Mapping[str, Mapping[str, float]], rnd: Mapping[str, Mapping[str, float]], locks=None):
+            return [(fr.key, _vals(hw[fr.key.hardware]), _vals(rnd[fr.key.preset]),
+                     locks.get(fr.key) if locks else None) for fr in fit]
+
+        prog.start(f"{phase}: start values on {len(fit)} frontier rows", len(fit))
+        first = run.predict_many(tasks(base_hw, base_rnd))
+        keep = []
+        for fr, o in zip(fit, first):
+            (keep if o.value is not None else excluded).append(fr if o.value is not None else (fr.row, o.reason))
+        base_values = {fr.key: o.value for fr, o in zip(fit, first) if o.value is not None}
+        fit = keep
+        published = np.array([fr.row.tokens_per_s for fr in fit])
+        before = stats([abs(base_values[fr.key] / fr.row.tokens_per_s - 1) * 100 for fr in fit])
+
+        # owners with enough rows
+        skipped: dict[str, str] = {h: "no usable frontier rows" for h in (scope or ()) if h not in hw_ids}
+        hw_counts = {h: sum(fr.key.hardware == h for fr in fit) for h in hw_ids}
+        params: list[Parameter] = []
+        notes: list[str] = []
+        for h in hw_ids:
+            if hw_counts[h] < min_rows:
+                skipped[h] = f"{hw_counts[h]} frontier row(s) < min_rows={min_rows}"
+                continue
+            ps, ns = hardware_parameters(h, parameters, base_hw[h], defaults_hw[h])
+            params += ps
+            notes += ns
+        reference = None
+        if names_r:
+            rd_counts = {r: sum(fr.key.preset == r for fr in fit) for r in rounds_all}
+            eligible = [r for r in rounds_all if rd_counts[r] >= min_rows]
+            for r in rounds_all:
+                if r not in eligible:
+                    skipped[r] = f"{rd_counts[r]} frontier row(s) < min_rows={min_rows}"
+            if eligible:
+                reference = max(eligible, key=lambda r: (rd_counts[r], version_key(r)))
+                skipped[reference] = "reference round (maturity fixed)"
+                order = {r: i for i, r in enumerate(eligible)}
+                ps, ns = _round_params(eligible, reference, names_r, base_rnd, order=order, start="current")
+                params += ps
+                notes += ns
+        hw_idx = [j for j, p in enumerate(params) if p.kind == "hardware"]
+        st_idx = [j for j, p in enumerate(params) if p.kind == "step"]
+        anchor = dict(base_rnd[reference]) if reference else {}
+
+        def theta_of(x: np.ndarray) -> list[float]:
+            return [p.unscale(v) for p, v in zip(params, x)]
+
+        def values_of(x: np.ndarray):
+            th = theta_of(x)
+            hw = {h: dict(base_hw[h]) for h in hw_ids}
+            for j in hw_idx:
+                hw[params[j].owner][params[j].name] = th[j]
+            rnd = {r: dict(base_rnd[r]) for r in rounds_all}
+            if reference:
+                for r, vals in round_values([params[j] for j in st_idx], [th[j] for j in st_idx], anchor,
+                                            reference).items():
+                    rnd[r].update(vals)
+            return hw, rnd
+
+        x0 = np.array([p.scale(p.initial) for p in params])
+        xp = np.array([p.scale(p.prior) for p in params])
+        locks: dict[PredictionKey, Lock | None] = {}
+        if pin_choices:
+            locks = {fr.key: o.lock for fr, o in zip(fit, run.predict_many(tasks(base_hw, base_rnd)))}
+        n_eval = 0
+
+        def residuals(x: np.ndarray) -> np.ndarray:
+            nonlocal n_eval
+            n_eval += 1
+            hw, rnd = values_of(x)
+            outs = run.predict_many(tasks(hw, rnd, locks))
+            values = [o.value for o in outs]
+            prog.advance(_median_ape(values, published))
+            r = np.array([math.log(v / p) if v is not None else INFEASIBLE_RESIDUAL for v, p in zip(values, published)])
+            return np.concatenate([r, prior_weight * (x - xp)])
+
+        message = "no free parameters"
+        x = x0.copy()
+        if params and fit:
+            sparsity = np.zeros((len(fit) + len(params), len(params)), dtype=bool)
+            reach = step_support(params, reference) if reference else {}
+            for i, fr in enumerate(fit):
+                for j, p in enumerate(params):
+                    sparsity[i, j] = (p.owner == fr.key.hardware) if p.kind == "hardware" else \
+                        (fr.key.preset in reach[j])
+            sparsity[len(fit):, :] = np.eye(len(params), dtype=bool)
+            for outer in range(2 if pin_choices else 1):
+                budget = max_nfev if outer == 0 else max(1, max_nfev // 2)
+                prog.start(f"{phase}: {len(params)} parameters on {len(fit)} frontier rows (pass {outer + 1})",
+                           budget * 15)
+                res = least_squares(residuals, x, jac="2-point", jac_sparsity=sparsity, bounds=(0.0, 1.0),
+                                    method="trf", loss="soft_l1", f_scale=f_scale, x_scale=1.0, diff_step=diff_step,
+                                    max_nfev=budget, ftol=2e-3, xtol=2e-3, gtol=1e-6)
+                x = np.clip(res.x, 0.0, 1.0)
+                message = res.message
+                if not pin_choices:
+                    break
+                hw, rnd = values_of(x)
+                new = {fr.key: o.lock for fr, o in zip(fit, run.predict_many(tasks(hw, rnd)))}
+                if sum(new[k] != locks.get(k) for k in new) <= REPIN_FRACTION * len(new):
+                    break
+                locks = new
+
+        hw, rnd = values_of(x)
+        fitted_hw = {params[j].owner for j in hw_idx}
+        fitted_rnd = {params[j].owner for j in st_idx}
+        hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters} for h in sorted(fitted_hw)}
+        presets_out = {r: {n: round_sig(rnd[r][n]) for n in names_r} for r in rounds_all if r in fitted_rnd}
+        for h in hardware_out:
+            hw[h] = {**hw[h], **hardware_out[h]}
+        for r in presets_out:
+            rnd[r] = {**rnd[r], **presets_out[r]}
+        prog.start(f"{phase}: final full search", len(fit))
+        after_values = [o.value for o in run.predict_many(tasks(hw, rnd))]
+        after = stats([abs(v / fr.row.tokens_per_s - 1) * 100 for fr, v in zip(fit, after_values) if v is not None])
+
+        findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
+        if names_r:
+            all_rounds = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)}
+            all_rounds.update(presets_out)
+            for text in monotone_violations(all_rounds):
+                findings.append({"parameter": text.split(" ", 1)[0], "value": None, "bound": None, "side": "order",
+                                 "text": text + " (a round with too few rows to fit keeps its file value)"})
+        by_owner: dict[str, dict[str, Any]] = {}
+        for kind, attr in (("hardware", "hardware"), ("preset", "preset")):
+            for owner in sorted({getattr(fr.key, attr) for fr in fit}):
+                idx = [i for i, fr in enumerate(fit) if getattr(fr.key, attr) == owner]
+                apes = [abs(after_values[i] / fit[i].row.tokens_per_s - 1) * 100 for i in idx
+                        if after_values[i] is not None]
+                by_owner[owner] = {"kind": kind, "rows": len(idx), "median_ape": stats(apes)[0],
+                                   "n_failed": len(idx) - len(apes)}
+        row_errors = [{"version": fr.row.version, "hardware": fr.row.hardware, "model": fr.row.model,
+                       "scenario": fr.row.scenario, "accelerators": fr.row.accelerators,
+                       "published": fr.row.tokens_per_s, "predicted_before": base_values[fr.key],
+                       "predicted_after": v, "error_pct_after": None if v is None else (v / fr.row.tokens_per_s - 1) * 100}
+                      for fr, v in zip(fit, after_values)]
+        from ..specs import catalog
+
+        labels = [f"{h}.{n}" for h in hardware_out for n in parameters] + \
+                 [f"{r}.{n}" for r in presets_out for n in names_r]
+        initial = {f"{h}.{n}": base_hw[h][n] for h in hardware_out for n in parameters}
+        initial.update({f"{r}.{n}": base_rnd[r][n] for r in presets_out for n in names_r})
+        defaults = {f"{h}.{n}": defaults_hw[h][n] for h in hardware_out for n in parameters}
+        defaults.update({f"{r}.{n}": round_defaults(names_r)[n] for r in presets_out for n in names_r})
+        result = CalibrationResult(
+            hardware=hardware_out, presets=presets_out, initial=initial, defaults=defaults, parameters=labels,
+            skipped=skipped, reference_round=reference, rows=len(fit), excluded=excluded,
+            before={"median_ape": before[0], "p90_ape": before[1]}, after={"median_ape": after[0], "p90_ape": after[1]},
+            by_owner=by_owner, row_errors=row_errors, data=data, date=_dt.date.today().isoformat(),
+            seconds=time.perf_counter() - t0, evaluations=n_eval, predictions=run.calls, message=message,
+            findings=findings, notes=notes, presets_dir=str(presets_dir) if presets_dir is not None else None,
+            scope=scope, hardware_files={h: str(catalog.resolve("hardware", h)) for h in hardware_out
+                                         if h not in run.hardware_override})
+        result.round_values = {r: dict(rnd[r]) for r in rounds_all}
+        result.hardware_values = {h: dict(hw[h]) for h in hw_ids}
+        if transfer and hardware_out:
+            from .cv import transfer_prior
+
+            for hw_id in catalog.list_ids("hardware"):
+                if hw_id in hardware_out:
+                    continue
+                result.transferred[hw_id] = transfer_prior(result, hw_id, run)
+                n = hw_counts.get(hw_id, 0)
+                result.transfer_reasons[hw_id] = (f"{n} usable frontier row(s) < min_rows={min_rows}" if n
+                                                  else "no rows for this hardware")
+        prog.log(f"{phase} done in {result.seconds:.1f} s ({n_eval} evaluations, {run.calls} predictions): frontier "
+                 f"median APE {before[0] or 0:.1f} % -> {after[0] or 0:.1f} %")
+        if cv:
+            from .cv import FOLD_KINDS, cross_validate
+
+            result.cv = cross_validate(rows, folds=tuple(cv_folds or FOLD_KINDS), fit_rounds=fit_rounds,
+                                       parameters=parameters, min_rows=min_rows, max_nfev=cv_max_nfev,
+                                       prior_weight=prior_weight, f_scale=f_scale, diff_step=diff_step,
+                                       pin_choices=pin_choices, presets_dir=presets_dir, progress=prog, runner=run)
+        return result
+    finally:
+        if own:
+            run.close()
+
+
+def _all_rounds(presets_dir) -> list[str]:
+    from .data import preset_rounds
+
+    return preset_rounds(presets_dir)
+
+
+__all__ = ["calibrate", "DEFAULT_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "FitRow", "fit_rows",
+           "hardware_defaults", "round_defaults", "round_sig"]

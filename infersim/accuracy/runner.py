@@ -1,0 +1,309 @@
+"""One runner that predicts published rows with :func:`infersim.api.predict`.
+
+Specs and presets are passed to ``predict`` as objects: a trial value of a hardware efficiency is
+a ``model_copy`` of the profile, a trial round maturity a ``model_copy`` of the preset; nothing is
+written to disk per trial. Predictions are cached per (key, trial values, pinned choices), and
+uncached ones can run in forked worker processes. ``validate`` predicts every row of a data set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, NamedTuple
+
+from ..errors import InfeasibleError, SpecError
+from .data import PredictionKey, Row, frontier_mask, load_rows, row_keys
+
+Values = tuple[tuple[str, float], ...]
+"""Trial values of one owner's parameters, sorted by name (hashable); () = the file's values."""
+
+
+class Lock(NamedTuple):
+    """A prediction's search pinned to what an earlier full search chose (faster re-evaluation)."""
+
+    enable: tuple[str, ...]
+    """Optional round transforms switched on."""
+    disable: tuple[str, ...]
+    """Optional round transforms switched off."""
+    mtp_depth: int
+    """MTP depth when MTP is enabled (0 otherwise)."""
+    layout: tuple[int, int, int, int] | None
+    """(tp, pp, ep, dp) of one aggregated instance; None where the layout stays searched."""
+
+
+class Outcome(NamedTuple):
+    """One prediction: tokens/s (None with a reason) and the lock that reproduces its choices."""
+
+    value: float | None
+    reason: str
+    lock: Lock | None
+
+
+class Runner:
+    """Predicts keys under trial parameter values, with caches and an optional process pool.
+
+    Parameters
+    ----------
+    presets_dir : folder of round presets ``vX.Y.yaml`` (default: the bundled presets).
+    hardware_override : mapping hardware ID → HardwareSpec used instead of the profile (e.g. a
+        calibrated copy); trial values are applied on top of it.
+    """
+
+    def __init__(self, presets_dir: str | os.PathLike | None = None,
+                 hardware_override: Mapping[str, Any] | None = None):
+        self.presets_dir = presets_dir
+        self.hardware_override = dict(hardware_override or {})
+        self._inputs: dict[tuple[str, str, str], Any] = {}
+        self._presets: dict[tuple[str, Values], Any] = {}
+        self._hardware: dict[tuple[str, Values], Any] = {}
+        self.cache: dict[tuple, Outcome] = {}
+        self.calls = 0
+        self.pool = None
+        self.workers = 1
+
+    # ---- specs under trial values -------------------------------------------------------------
+    def base_hardware(self, hw_id: str):
+        from ..specs import catalog
+
+        return self.hardware_override.get(hw_id) or catalog.load_hardware(hw_id)
+
+    def hardware(self, hw_id: str, values: Values = ()):
+        key = (hw_id, values)
+        if key not in self._hardware:
+            base = self.base_hardware(hw_id)
+            if values:
+                base = base.model_copy(update={"efficiency": base.efficiency.model_copy(update=dict(values))})
+            self._hardware[key] = base
+        return self._hardware[key]
+
+    def preset(self, round_name: str, values: Values = ()):
+        key = (round_name, values)
+        if key not in self._presets:
+            from ..optimizations.presets import load_preset
+
+            if values:
+                self._presets[key] = self.preset(round_name).model_copy(update=dict(values))
+            else:
+                self._presets[key] = load_preset(round_name, self.presets_dir)
+        return self._presets[key]
+
+    def inputs(self, key: PredictionKey, hw_values: Values = ()):
+        from .. import api
+
+        ids = (key.hardware, key.model, key.scenario)
+        if ids not in self._inputs:
+            self._inputs[ids] = api.load_inputs(key.hardware, key.model, key.scenario)
+        base = self._inputs[ids]
+        if hw_values or key.hardware in self.hardware_override:
+            return replace(base, hardware=self.hardware(key.hardware, hw_values))
+        return base
+
+    # ---- one prediction -----------------------------------------------------------------------
+    def predict(self, key: PredictionKey, hw_values: Values = (), round_values: Values = (),
+                lock: Lock | None = None) -> Outcome:
+        """Tokens/s of ``key`` under trial values (cached); failures become reasons."""
+        ckey = (key, hw_values, round_values, lock)
+        hit = self.cache.get(ckey)
+        if hit is not None:
+            return hit
+        self.calls += 1
+        out = self._predict(key, hw_values, round_values, lock)
+        if lock is not None and out.value is None and out.reason.startswith("bad input"):
+            out = self._predict(key, hw_values, round_values, None)  # pinned choices refused: search them
+        self.cache[ckey] = out
+        return out
+
+    def _predict(self, key, hw_values, round_values, lock) -> Outcome:
+        from .. import api
+
+        kwargs: dict[str, Any] = {}
+        if lock is not None:
+            kwargs = {"enable": list(lock.enable), "disable": list(lock.disable)}
+            if lock.mtp_depth and "mtp" in lock.enable:
+                kwargs["params"] = {"mtp": {"depth": lock.mtp_depth}}
+            if lock.layout is not None:
+                kwargs.update(zip(("tp", "pp", "ep", "dp"), lock.layout))
+        try:
+            preset = self.preset(key.preset, round_values)
+            pred = api.predict(key.hardware, key.model, key.scenario, key.accelerators, round=key.preset,
+                               inputs=self.inputs(key, hw_values), preset=preset, **kwargs)
+        except SpecError as exc:
+            return Outcome(None, f"bad input: {exc}", None)
+        except InfeasibleError as exc:
+            return Outcome(None, f"infeasible: {exc}", None)
+        except Exception as exc:  # a model failure on one row must not hide the others; it is reported
+            return Outcome(None, f"internal error: {type(exc).__name__}: {exc}", None)
+        if not pred.feasible:
+            return Outcome(None, f"infeasible: {pred.reason}", None)
+        value = float(pred.metrics.get("tokens_per_s", 0.0))
+        if not math.isfinite(value) or value <= 0:
+            return Outcome(None, f"internal error: non-positive prediction {value!r}", None)
+        return Outcome(value, "", self._lock_of(preset, pred.config))
+
+    @staticmethod
+    def _lock_of(preset, config: Mapping[str, Any]) -> Lock:
+        choices = [c.get("kind") for c in preset.choices]
+        applied = set(config.get("optimizations", ()))
+        enable = tuple(k for k in choices if k in applied)
+        disable = tuple(k for k in choices if k not in applied)
+        depth = int(config.get("mtp_depth", 0) or 0) if "mtp" in enable else 0
+        layout = None if config.get("disaggregated") else tuple(int(config[k]) for k in ("tp", "pp", "ep", "dp"))
+        return Lock(enable, disable, depth, layout)
+
+    # ---- many predictions ---------------------------------------------------------------------
+    def predict_many(self, tasks: Sequence[tuple], progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
+        """``predict(*task)`` for each task; uncached ones in the pool when one is running."""
+        todo = list(dict.fromkeys(t for t in tasks if self._ckey(t) not in self.cache))
+        if self.pool is not None and len(todo) >= 2 * self.workers:
+            global _POOL_RUNNER
+            _POOL_RUNNER = self  # workers fork at the pool's first use and inherit this
+            try:
+                chunk = max(1, len(todo) // (4 * self.workers))
+                for n, (task, out) in enumerate(zip(todo, self.pool.map(_pool_predict, todo, chunksize=chunk)), 1):
+                    self.cache[self._ckey(task)] = out
+                    if progress is not None:
+                        progress(n, len(todo))
+                self.calls += len(todo)
+            except (OSError, RuntimeError):  # a broken pool: carry on in this process
+                self.pool = None
+        out = []
+        for n, t in enumerate(tasks, 1):
+            out.append(self.predict(*t))
+            if progress is not None and self.pool is None:
+                progress(n, len(tasks))
+        return out
+
+    @staticmethod
+    def _ckey(task: tuple) -> tuple:
+        return tuple(task) + ((), (), None)[len(task) - 1:]
+
+    def start_pool(self, workers: int) -> None:
+        """Predict uncached keys in ``workers`` forked processes (no-op for 1 or without fork)."""
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if workers <= 1 or self.pool is not None or "fork" not in multiprocessing.get_all_start_methods():
+            return
+        try:
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
+            self.workers = workers
+        except (OSError, ValueError, RuntimeError):
+            self.pool = None
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+            self.pool = None
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+_POOL_RUNNER: Runner | None = None
+"""The runner forked worker processes inherit (set just before the pool's first use)."""
+
+
+def _pool_predict(task: tuple) -> Outcome:
+    return _POOL_RUNNER.predict(*task)
+
+
+def default_workers(n_tasks: int) -> int:
+    """Processes for ``n_tasks`` predictions: 1 for small jobs or without ``fork``, else one per
+    CPU (at most 4)."""
+    import multiprocessing
+
+    if n_tasks <= 32 or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(4, os.cpu_count() or 1, n_tasks // 16))
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: every row of a data set
+
+
+Predictor = Callable[[PredictionKey], "float | tuple[float | None, str]"]
+"""A replacement prediction function: key → tokens/s, or (tokens/s or None, reason)."""
+
+
+def _call_predictor(predictor: Predictor, key: PredictionKey) -> tuple[float | None, str]:
+    try:
+        out = predictor(key)
+    except SpecError as exc:
+        return None, f"bad input: {exc}"
+    except InfeasibleError as exc:
+        return None, f"infeasible: {exc}"
+    value, reason = (out[0], str(out[1])) if isinstance(out, tuple) else (out, "")
+    if value is None:
+        return None, reason or "no prediction"
+    return float(value), reason
+
+
+def validate(rows: Iterable[Row] | str | os.PathLike, *, progress: Callable[[int, int], None] | None = None,
+             hardware_override: Mapping[str, Any] | None = None, presets_dir: str | os.PathLike | None = None,
+             predictor: Predictor | None = None, workers: int | None = None):
+    """Predict every row and compare with the published tokens/s.
+
+    Parameters
+    ----------
+    rows : rows from :func:`infersim.accuracy.load_rows` (or a CSV path).
+    progress : called as ``progress(done, total)`` after each distinct prediction.
+    hardware_override : mapping hardware ID → HardwareSpec used instead of the profile.
+    presets_dir : folder of round presets ``vX.Y.yaml`` (default: the bundled presets).
+    predictor : replaces :func:`infersim.api.predict` (``key -> tokens/s`` or ``key -> (tokens/s
+        or None, reason)``); for tests and what-if studies.
+    workers : processes for the distinct predictions (default: :func:`default_workers`).
+
+    Returns
+    -------
+    ValidationReport with one result per row, in input order.
+
+    Notes
+    -----
+    Each row is predicted as ``predict(hardware, model, f"mlperf-{model}-{scenario}",
+    accelerators, round=preset)`` where ``preset`` is the row's version or the nearest earlier
+    round with a preset; rows sharing a (preset, hardware, model, scenario, accelerators) key
+    share one prediction. Signed error % = (predicted − published) / published · 100.
+    """
+    from .summary import RowResult, ValidationReport
+
+    start = time.perf_counter()
+    data = "<memory>"
+    if isinstance(rows, (str, os.PathLike)):
+        data = str(rows)
+        rows = load_rows(rows)
+    rows = list(rows)
+    if rows and rows[0].file != "<memory>":
+        data = rows[0].file
+    front = frontier_mask(rows)
+    keys = row_keys(rows, presets_dir)
+    distinct = list(dict.fromkeys(k for k in keys if isinstance(k, PredictionKey)))
+    cache: dict[PredictionKey, tuple[float | None, str]] = {}
+    if predictor is not None:
+        for n, key in enumerate(distinct, start=1):
+            cache[key] = _call_predictor(predictor, key)
+            if progress is not None:
+                progress(n, len(distinct))
+    else:
+        runner = Runner(presets_dir, hardware_override)
+        with runner:
+            runner.start_pool(default_workers(len(distinct)) if workers is None else max(1, int(workers)))
+            outs = runner.predict_many([(k,) for k in distinct], progress)
+        cache = {k: (o.value, o.reason) for k, o in zip(distinct, outs)}
+    results = []
+    for r, key, is_front in zip(rows, keys, front):
+        if isinstance(key, str):
+            results.append(RowResult(r, None, None, key, is_front))
+        else:
+            value, reason = cache[key]
+            results.append(RowResult(r, key.preset, value, reason, is_front))
+    return ValidationReport(results, data=data, elapsed_s=time.perf_counter() - start, predictions=len(distinct))
+
+
+__all__ = ["Runner", "Lock", "Outcome", "Values", "validate", "default_workers"]

@@ -1,0 +1,69 @@
+"""The validate and calibrate commands: output contract, refused outputs, refused inputs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from infersim.cli import app
+
+from conftest import REPO
+
+SMALL = REPO / "tests" / "data" / "validation_small.csv"
+
+
+def test_validate_json_has_the_contract_keys(runner):
+    result = runner.invoke(app, ["validate", "--data", str(SMALL), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    for key in ("rows", "median_ape", "p90_ape", "frontier_rows", "frontier_median_ape", "frontier_p90_ape"):
+        assert key in d
+    assert d["rows"] == 5 and len(d["results"]) == 5
+
+
+@pytest.mark.parametrize("where", [".", "hardware_profiles", "presets", "ROOT"])
+def test_calibrate_out_at_a_bundled_folder_is_refused_before_fitting(runner, where, monkeypatch):
+    monkeypatch.chdir(REPO)
+    before = {p: p.read_bytes() for d in ("hardware_profiles", "presets") for p in (REPO / d).glob("*.yaml")}
+    out = str(REPO) if where == "ROOT" else where
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--out", out])
+    assert result.exit_code == 2
+    assert "--out" in result.stderr and "Traceback" not in result.output
+    assert {p: p.read_bytes() for p in before} == before
+
+
+def test_calibrate_out_and_in_place_together_are_refused(runner, tmp_path):
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--out", str(tmp_path), "--in-place"])
+    assert result.exit_code == 2 and "not both" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_validate_refuses_a_fifo_as_data(runner, tmp_path):
+    fifo = tmp_path / "rows.csv"
+    os.mkfifo(fifo)
+    result = runner.invoke(app, ["validate", "--data", str(fifo)])
+    assert result.exit_code == 2 and "not a regular file" in result.stderr
+
+
+def test_validate_refuses_an_unknown_plot_type_and_a_folder_as_out(runner, tmp_path):
+    result = runner.invoke(app, ["validate", "--data", str(SMALL), "--plot", str(tmp_path / "x.jpg")])
+    assert result.exit_code == 2 and ".jpg" in result.stderr
+    assert not (tmp_path / "x.jpg").exists()
+    result = runner.invoke(app, ["validate", "--data", str(SMALL), "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "folder" in result.stderr
+
+
+def test_calibrate_one_hardware_writes_only_its_profile(runner, tmp_path):
+    """Issue reproducer: ``calibrate --hardware l40s --out DIR`` wrote all 17 profiles."""
+    before = {p: p.read_bytes() for d in ("hardware_profiles", "presets") for p in (REPO / d).glob("*.yaml")}
+    result = runner.invoke(app, ["calibrate", "--hardware", "l40s", "--out", str(tmp_path / "cal"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)  # progress went to stderr: stdout is one JSON document
+    assert set(d["hardware"]) == {"l40s"} and d["presets"] == {} and d["transferred"] == {}
+    written = sorted(p.relative_to(tmp_path / "cal").as_posix() for p in (tmp_path / "cal").rglob("*") if p.is_file())
+    assert written == ["hardware_profiles/l40s.yaml"]
+    assert {p: p.read_bytes() for p in before} == before
+    text = (tmp_path / "cal" / "hardware_profiles" / "l40s.yaml").read_text()
+    assert "rows: 4" in text and "no rows" not in text
