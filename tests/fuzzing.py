@@ -519,6 +519,7 @@ def clean_run_argv(draw) -> list[str]:
     argv += _opt(draw, "--batch", st.sampled_from(("1", "8", "64", "256")), 3)
     argv += _opt(draw, "--isl", st.sampled_from(("128", "1000", "2000")), 5)
     argv += _opt(draw, "--price-per-hour", st.sampled_from(("0", "1.5", "30")), 5)
+    argv += _opt(draw, "--qps", st.sampled_from(("1", "20")), 6)
     argv += _opt(draw, "--set", st.sampled_from(("mtp.depth=1", "mtp.depth=2", "overlap.hidden_fraction=0.5",
                                                  "disagg.kv_transfer_exposed=0", "mtp.acceptance=[0.9, 0.5]")), 4)
     return argv + ["--format", "json"]
@@ -535,6 +536,7 @@ def run_argv(draw, ws: Workspace) -> list[str]:
     argv += _opt(draw, "--isl", number(("128", "1000", "4000")), 5)
     argv += _opt(draw, "--osl", number(("128", "1000")), 5)
     argv += _opt(draw, "--price-per-hour", number(("0", "1.5", "3")), 5)
+    argv += _opt(draw, "--qps", number(("1", "10", "100")), 6)
     if draw(st.integers(0, 7)) == 0:
         argv += ["--tco-capex", draw(number(("25000", "1"))), "--tco-years", draw(number(("4", "1"))),
                  "--tco-pue", draw(number(("1.3", "1"))), "--tco-usd-per-kwh", draw(number(("0.1", "0")))]
