@@ -54,10 +54,6 @@ KNOWN_BUGS = {
     "infersim/disagg_eval.py:prefill_pool": "IndexError: serving.prefix_hit returns a scalar (cap = 1.0) for a "
                                             "KV-aware router without prefix_cache_tokens, so plen is 0-d and "
                                             "plen[:, None] fails (scenarios with shared prefixes, disagg searched)",
-    "infersim/report.py:prediction_tables": "KeyError 'prefill_accelerators': --enable disagg on an offline scenario "
-                                            "is kept in the plan (config disaggregated: true) but search.py evaluates "
-                                            "no pools for offline; the disagg transform should be skipped there "
-                                            "(optimizations/disagg.py skip_reason) or grid.py:157 report false",
     "infersim/validation.py:plot": "OverflowError: load_rows accepts any finite tokens_per_s (1e300), the plot's "
                                    "axis limit max*2 overflows; _parse_number needs an upper bound",
 }

@@ -44,9 +44,6 @@ KNOWN_BUG_ARGV = {
     "infersim/disagg_eval.py:prefill_pool": lambda ws: ["run", "--hardware", "mi300x", "--scenario", "rag-8k-1k",
                                                         "--model", "deepseek-r1", "--accelerators", "8"],
     "infersim/validation.py:plot": _huge_published_value,
-    "infersim/report.py:prediction_tables": lambda ws: ["run", "--hardware", "h100-sxm", "--scenario",
-                                                        "mlperf-llama3.1-8b-offline", "--accelerators", "1",
-                                                        "--enable", "disagg", "--tp", "1"],
 }
 
 
