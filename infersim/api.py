@@ -19,20 +19,6 @@ from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_
 from .serving import WorkloadStats
 
 
-def parse_param_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    """'kind.param=value' strings → {kind: {param: value}} (values parsed as YAML scalars)."""
-    import yaml
-
-    out: dict[str, dict[str, Any]] = {}
-    for item in items:
-        if "=" not in item or "." not in item.split("=", 1)[0]:
-            raise SpecError(f"--set expects KIND.PARAM=VALUE (got '{item}')")
-        key, value = item.split("=", 1)
-        kind, param = key.split(".", 1)
-        out.setdefault(kind, {})[param] = yaml.safe_load(value)
-    return out
-
-
 def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest) -> Plan:
     """The plan before optimizations: specs, formats, the round's maturity, the search space."""
     hw, sc = inputs.hardware, inputs.scenario

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__, cli_products
+from . import __version__, checks, cli_products, files
 from .errors import InfeasibleError, SpecError
 from .specs import catalog
 from .specs._base import read_yaml
@@ -169,8 +169,7 @@ def _kind_of_file(path: Path) -> str:
     for kind, folder in catalog.FOLDERS.items():
         if path.parent.name == folder:
             return kind
-    if not path.is_file():
-        raise SpecError("no such file", file=str(path))
+    files.check_regular_file(path, what="profile", limit=files.MAX_YAML_BYTES)
     data = read_yaml(path)
     keys = set(data) if isinstance(data, dict) else set()
     for kind, marker in (("hardware", "compute"), ("model", "attention"), ("scenario", "workload")):
@@ -265,6 +264,35 @@ def _derived_scenario(s) -> list[tuple[str, str]]:
 DERIVED = {"hardware": _derived_hardware, "model": _derived_model, "scenario": _derived_scenario}
 
 
+# ---- inputs and outputs ------------------------------------------------------------------
+_FORCE_HELP = "Replace an existing output file even when it is not an earlier output of this command."
+PLOT_SUFFIXES = (".png",)
+"""Image formats the pareto and ablate plots are written in."""
+REPORT_SUFFIX = {"table": (".txt",), "json": (".json",), "csv": (".csv",)}
+"""File suffix that each --format's text output must carry in --out."""
+
+
+def _writes(command: str, *force_flags: str) -> Callable[[F], F]:
+    """Run a command's body with every file write checked by the output guard (infersim.files):
+    bundled folders and files that are not earlier outputs of ``command`` are refused unless one
+    of ``force_flags`` (keyword arguments of the command) is set."""
+    def deco(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            force = any(kwargs.get(flag) for flag in force_flags)
+            with files.writing_as(command, force=force, protected=checks.bundled_folders()):
+                return func(*args, **kwargs)
+        return wrapper  # type: ignore[return-value]
+    return deco
+
+
+def _input_csv(path: Optional[Path], flag: str) -> Optional[Path]:
+    """A data CSV given on the command line: a regular file within the size limit (or None)."""
+    if path is not None:
+        files.check_regular_file(path, what=f"{flag} file", limit=files.MAX_CSV_BYTES)
+    return path
+
+
 # ---- commands ----------------------------------------------------------------------------
 def _version_callback(value: bool) -> None:
     if value:
@@ -310,7 +338,7 @@ def profiles_show(
     path = catalog.resolve(kind_name, name)
     spec = catalog.load(kind_name, path)
     typer.echo(f"# {path}")
-    typer.echo(path.read_text(encoding="utf-8").rstrip("\n"))
+    typer.echo(files.read_text(path, what="profile", limit=files.MAX_YAML_BYTES).rstrip("\n"))
     _console().print(_table(f"derived ({kind_name} {path.stem})", ("quantity", "value"), _derived(kind_name, spec)))
 
 
@@ -344,7 +372,7 @@ def run_cmd(
     ep: Optional[int] = typer.Option(None, "--ep", help="Fix expert parallelism (else searched)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Fix attention data parallelism within the TP group (else searched)."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Fix pipeline parallelism (else searched)."),
-    batch: Optional[float] = typer.Option(None, "--batch", help="Fix the decode batch per instance (else searched)."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Fix the decode batch per instance, sequences (else searched)."),
     enable: Optional[list[str]] = typer.Option(None, "--enable", help=_ENABLE_HELP),
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=VALUE", help="Optimization parameter (repeatable), e.g. mtp.depth=2."),
@@ -358,7 +386,7 @@ def run_cmd(
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
-    from . import api, report, tco, workloads
+    from . import api, checks, report, tco, workloads
 
     if workloads.handles(model, scenario):  # text-to-video / recommendation: samples/s
         workloads.reject_llm_flags(round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch,
@@ -373,13 +401,15 @@ def run_cmd(
         if not wpred.feasible:
             raise InfeasibleError(wpred.reason)
         return
+    params = checks.parse_param_overrides(set_ or [])
     if tco_capex is not None:
         if price is not None:
             raise SpecError("give either --price-per-hour or --tco-capex, not both")
+        checks.check_tco(tco_capex, tco_years, tco_pue, tco_kwh)
         price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
-                       params=api.parse_param_overrides(set_ or []), price_per_hour=price, qps=qps)
+                       params=params, price_per_hour=price, qps=qps)
     d = pred.to_dict()
     if fmt == OutputFormat.json:
         if explain:
@@ -416,6 +446,7 @@ def _rows_csv(rows: list[dict]) -> str:
 
 @app.command("pareto")
 @handle_errors
+@_writes("pareto", "force")
 def pareto_cmd(
     hardware: str = typer.Option(..., "--hardware", "-H", help="Hardware profile ID or YAML file."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile ID or file (default: the scenario's)."),
@@ -427,10 +458,15 @@ def pareto_cmd(
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the frontier to this file (.csv or .json)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the frontier to this PNG file."),
+    force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
 ) -> None:
     """Tokens/s per accelerator vs tokens/s per user over every configuration that fits (Pareto frontier)."""
     from . import api, pareto, report
 
+    if out is not None:
+        files.check_output_path(out, flag="--out", suffixes=(".csv", ".json"))
+    if plot is not None:
+        files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
                        disable=disable or [])
     points = pareto.frontier_points(pred)
@@ -448,7 +484,7 @@ def pareto_cmd(
     else:
         typer.echo(text.rstrip("\n"))
     if out is not None:
-        report.write_atomic(out, report.to_json(points) if out.suffix == ".json" else _rows_csv(points))
+        files.write_atomic(out, report.to_json(points) if out.suffix.lower() == ".json" else _rows_csv(points))
     if plot is not None:
         op = pred.metrics if pred.feasible else None
         pareto.plot(points, plot, f"{pred.inputs.model_id} · {pred.inputs.scenario_id} · {pred.inputs.hardware_id} × "
@@ -457,6 +493,7 @@ def pareto_cmd(
 
 @app.command("ablate")
 @handle_errors
+@_writes("ablate", "force")
 def ablate_cmd(
     hardware: str = typer.Option(..., "--hardware", "-H", help="Hardware profile ID or YAML file."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile ID or file (default: the scenario's)."),
@@ -467,10 +504,13 @@ def ablate_cmd(
     lever: Optional[list[str]] = typer.Option(None, "--lever", help="Optimizations to ablate (default: the round's)."),
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the waterfall to this PNG file."),
+    force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
 ) -> None:
     """Add optimizations one at a time (waterfall) and remove them one at a time (leave-one-out)."""
     from . import ablation, report
 
+    if plot is not None:
+        files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
     if from_round:
         result = ablation.round_waterfall(hardware, model, scenario, accelerators, from_round=from_round,
                                           to_round=round_ or "latest")
@@ -503,16 +543,23 @@ def ablate_cmd(
 
 @app.command("validate")
 @handle_errors
+@_writes("validate", "force")
 def validate_cmd(
     data: Optional[Path] = typer.Option(None, "--data", help="CSV of published results (default: the bundled MLPerf rows)."),
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of stdout."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this PNG."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this .png, .svg or .pdf file."),
     at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
+    force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
 ) -> None:
     """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
     from . import accuracy, workloads
 
+    if out is not None:
+        files.check_output_path(out, flag=f"--out (--format {fmt.value})", suffixes=REPORT_SUFFIX[fmt.value])
+    if plot is not None:
+        files.check_output_path(plot, flag="--plot", suffixes=(".png", ".svg", ".pdf"), image=True)
+    data = _input_csv(data, "--data")
     if at_load:
         from . import at_load as al
 
@@ -549,6 +596,7 @@ def validate_cmd(
 
 @app.command("calibrate")
 @handle_errors
+@_writes("calibrate", "force", "in_place")
 def calibrate_cmd(
     data: Optional[Path] = typer.Option(None, "--data", help="CSV of published results (default: the bundled MLPerf rows)."),
     hardware: Optional[list[str]] = typer.Option(None, "--hardware", help="Fit only these hardware IDs (repeatable); round presets stay unchanged."),
@@ -556,6 +604,7 @@ def calibrate_cmd(
     in_place: bool = typer.Option(False, "--in-place", help="Overwrite the profiles and presets themselves."),
     cv: bool = typer.Option(False, "--cv", help="Also report leave-one-round-out, leave-one-hardware-out and leave-one-model-out error."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    force: bool = typer.Option(False, "--force", help="Replace files in --out that are not earlier calibrate outputs."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
@@ -566,8 +615,9 @@ def calibrate_cmd(
     if out is not None and in_place:
         raise SpecError("give either --out DIR or --in-place, not both")
     if out is not None:
+        checks.check_calibrate_out(out)
         accuracy.check_out_dir(out)  # refuse before a long fit, not after
-    rows = accuracy.load_rows(data or accuracy.bundled_data())
+    rows = accuracy.load_rows(_input_csv(data, "--data") or accuracy.bundled_data())
     with accuracy.for_stderr() as progress:
         res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress)
     typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())
@@ -577,17 +627,31 @@ def calibrate_cmd(
 
 
 # ---- sweep and plan: bodies in cli_products, rendering here ---------------------------------------
-app.command("sweep")(handle_errors(cli_products.sweep_cmd))
+@app.command("sweep")
+@handle_errors
+@_writes("sweep")
+@functools.wraps(cli_products.sweep_cmd)
+def sweep_cmd(**kwargs) -> None:
+    if kwargs.get("out") is not None:
+        files.check_output_path(kwargs["out"], flag="--out", suffixes=(".parquet", ".csv"))
+    cli_products.sweep_cmd(**kwargs)
 
 
 @app.command("plan")
 @handle_errors
+@_writes("plan")
 @functools.wraps(cli_products.plan_cmd)
 def plan_cmd(**kwargs) -> None:
     from . import report
 
-    rows = cli_products.plan_cmd(**kwargs)
     fmt, out = kwargs["fmt"], kwargs["out"]
+    if kwargs.get("price") is not None:
+        checks.check_price("--price-per-hour", kwargs["price"])
+    if out is not None:
+        files.check_output_path(out, flag="--out", suffixes=(".json", ".csv"))
+    if kwargs.get("plot") is not None:
+        files.check_output_path(kwargs["plot"], flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
+    rows = cli_products.plan_cmd(**kwargs)
     if fmt == "json":
         typer.echo(report.to_json(rows))
     elif fmt == "csv":
@@ -608,7 +672,7 @@ def plan_cmd(**kwargs) -> None:
                                r["usd_per_million_blended_tokens"]))
         _console().print(_table("capacity plan (cheapest first)", cols, table_rows))
     if out is not None:
-        report.write_atomic(out, report.to_json(rows) if out.suffix == ".json" else _rows_csv([_flat(r) for r in rows]))
+        files.write_atomic(out, report.to_json(rows) if out.suffix.lower() == ".json" else _rows_csv([_flat(r) for r in rows]))
     if not any(r["feasible"] for r in rows):
         raise InfeasibleError("no candidate meets the target within the limits: "
                               + "; ".join(f"{r['hardware']}: {r['reason']}" for r in rows))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .checks import check_request
 from .errors import SpecError
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
 from .specs import catalog
@@ -152,6 +153,7 @@ class Query:
               preset: PresetSpec | None = None) -> "Query":
         """A query from CLI-style arguments (IDs or paths or spec objects; None = default/searched)."""
         inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl, trace=trace)
+        check_request(inputs, accelerators, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch, price_per_hour=price_per_hour)
         n = int(accelerators) if accelerators is not None else default_accelerators(inputs.hardware)
         software = Software.for_round(round, presets_dir=presets_dir, preset=preset, enable=enable, disable=disable,
                                       params=params)

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
+
+from .files import write_atomic
 
 
 def _num(v: Any, digits: int = 1) -> str:
@@ -110,28 +109,4 @@ def to_json(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2)
 
 
-def write_atomic(path: str | Path, data: str | bytes) -> Path:
-    """Write a file atomically (temporary file in the same folder, then rename).
-
-    An existing file keeps its permissions; a new one gets the usual ones (0666 minus the umask).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        if path.exists():
-            mode = path.stat().st_mode & 0o777
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-        os.chmod(tmp, mode)  # mkstemp creates 0600
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+__all__ = ["kv_table", "prediction_tables", "explain_table", "to_json", "write_atomic"]

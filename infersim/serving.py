@@ -122,7 +122,7 @@ def prefix_hit(plan: Plan, workers):
     if sv.prefix_share == 0:
         return np.zeros_like(workers)
     if sv.kv_aware_efficiency > 0:
-        cap = 1.0 if sv.prefix_cache_tokens is None else np.minimum(
+        cap = np.ones_like(workers) if sv.prefix_cache_tokens is None else np.minimum(
             1.0, workers * sv.prefix_cache_tokens / sv.prefix_working_set_tokens)
         return sv.prefix_share * sv.kv_aware_efficiency * cap
     return sv.prefix_share / workers

@@ -44,7 +44,7 @@ def test_validate_refuses_a_fifo_as_data(runner, tmp_path):
     fifo = tmp_path / "rows.csv"
     os.mkfifo(fifo)
     result = runner.invoke(app, ["validate", "--data", str(fifo)])
-    assert result.exit_code == 2 and "not a regular file" in result.stderr
+    assert result.exit_code == 2 and "expected a regular file" in result.stderr
 
 
 def test_validate_refuses_an_unknown_plot_type_and_a_folder_as_out(runner, tmp_path):
@@ -52,7 +52,7 @@ def test_validate_refuses_an_unknown_plot_type_and_a_folder_as_out(runner, tmp_p
     assert result.exit_code == 2 and ".jpg" in result.stderr
     assert not (tmp_path / "x.jpg").exists()
     result = runner.invoke(app, ["validate", "--data", str(SMALL), "--out", str(tmp_path)])
-    assert result.exit_code == 2 and "folder" in result.stderr
+    assert result.exit_code == 2 and "directory" in result.stderr
 
 
 def test_calibrate_one_hardware_writes_only_its_profile(runner, tmp_path):

@@ -5,9 +5,10 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "infersim"
 
-ORDER = ["units", "errors", "specs", "graph", "roofline", "torus", "comm", "plan", "parallel", "engine", "optimizations",
-         "query", "serving", "scheduler", "disagg_eval", "tco", "grid", "search", "report", "api", "pareto", "ablation", "des", "accuracy",
-         "workloads", "at_load", "capacity", "sweep", "cli_products", "cli", "__main__", "__init__"]
+ORDER = ["units", "errors", "files", "specs", "graph", "roofline", "torus", "comm", "plan", "parallel", "engine",
+         "optimizations", "checks", "query", "serving", "scheduler", "disagg_eval", "tco", "grid", "search", "report",
+         "api", "pareto", "ablation", "des", "accuracy", "workloads", "at_load", "capacity", "sweep",
+         "cli_products", "cli", "__main__", "__init__"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 
 

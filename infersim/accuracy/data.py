@@ -74,6 +74,10 @@ def make_row(version: str, hardware: str, model: str, scenario: str, accelerator
     return Row(version, hardware, model, scenario, int(accelerators), float(tokens_per_s), cols)
 
 
+MAX_VALUE = 1e12
+"""Largest accepted tokens/s or accelerator count in a results CSV."""
+
+
 def _parse_number(text: str | None, *, file: str, row: int, line: int, column: str, integer: bool) -> float:
     where = f"row {row} (line {line}), column '{column}'"
     if text is None or not text.strip():
@@ -84,6 +88,8 @@ def _parse_number(text: str | None, *, file: str, row: int, line: int, column: s
         raise SpecError(f"expected a number, got {text.strip()[:40]!r}", file=file, path=where) from None
     if not math.isfinite(value) or value <= 0:
         raise SpecError(f"expected a positive finite number, got {text.strip()[:40]!r}", file=file, path=where)
+    if value > MAX_VALUE:  # no system publishes more: a typo, and it would overflow plot axes
+        raise SpecError(f"expected at most {MAX_VALUE:.0e}, got {text.strip()[:40]!r}", file=file, path=where)
     if integer and value != int(value):
         raise SpecError(f"expected a whole number of accelerators, got {text.strip()[:40]!r}", file=file, path=where)
     return value

@@ -1,8 +1,10 @@
 """Spec base class: frozen pydantic models, unknown keys rejected, errors that name the field.
 
-Every profile is plain YAML read with ``yaml.safe_load`` (no tags, no templating) and validated
-once into a frozen tree. Validation errors become ``SpecError`` naming the file and the dotted
-field path.
+Every profile is plain YAML read with a safe loader (``infersim.files``: no tags, no templating,
+regular files of bounded size) and validated once into a frozen tree. Validation is strict: a
+number must be written as a number (no "5" or true where 5 is meant) and an integer field takes
+no fractional value. Validation errors become ``SpecError`` naming the file and the dotted field
+path.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from .. import files
 from ..errors import SpecError
 
 S = TypeVar("S", bound="Spec")
 
-DateStr = Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v, (_dt.date, _dt.datetime)) else v)]
+DateStr = Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v, (_dt.date, _dt.datetime)) else v),
+                    Field(pattern=r"^\d{4}-\d{2}(-\d{2})?([T ].*)?$")]
 """A date written as YYYY-MM or YYYY-MM-DD (YAML may parse the latter as a date)."""
 
 
@@ -39,6 +43,7 @@ class Spec(BaseModel):
         use_attribute_docstrings=True,
         validate_default=True,
         allow_inf_nan=False,
+        strict=True,
     )
 
 
@@ -92,26 +97,9 @@ _TAGS = {"mha", "gqa", "mla", "offline", "server", "interactive"}
 
 
 def read_yaml(path: Path) -> Any:
-    """Read a YAML file safely; any failure is a SpecError naming the file."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"cannot read file ({exc.strerror})", file=str(path)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"not valid UTF-8 (byte {exc.start})", file=str(path)) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"invalid YAML{where}: {problem}", file=str(path)) from None
-    except RecursionError:
-        raise SpecError("YAML nested too deeply", file=str(path)) from None
-    except (ValueError, OverflowError) as exc:  # scalar constructors: 2001-13-01, ints past the digit limit
-        raise SpecError(f"invalid YAML value: {exc}", file=str(path)) from None
+    """Read a YAML file safely (regular file, size-limited, libyaml's safe loader where
+    available); any failure is a SpecError naming the file."""
+    return files.read_yaml(path)
 
 
 def validate_data(cls: type[S], data: Any, *, file: str | None = None) -> S:

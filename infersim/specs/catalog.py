@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import TypeAdapter
 
+from .. import files
 from ..errors import SpecError
 from ._base import Spec, load_spec, read_yaml, validate_data
 from .hardware import HardwareSpec
@@ -36,7 +37,7 @@ def add_profile_dir(path: str | Path) -> None:
     """Search ``path`` (before the bundled profiles) for IDs."""
     p = Path(path)
     if not p.is_dir():
-        raise SpecError("profiles folder does not exist", file=str(p))
+        raise SpecError("profiles folder does not exist" if not p.exists() else "is not a folder", file=str(p))
     _extra_dirs.insert(0, p)
     _index.cache_clear()
 
@@ -86,12 +87,10 @@ def resolve(kind: str, name: str | Path) -> Path:
     text = str(name)
     p = Path(text)
     if text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text:
-        if not p.is_file():
-            raise SpecError("no such file", file=text)
-        return p
+        return files.check_regular_file(p, what=f"{kind} profile", limit=files.MAX_YAML_BYTES)
     index = _index(kind, os.environ.get(ENV_VAR, ""))
-    if text in index:
-        return index[text]
+    if text in index:  # a FIFO or folder named like a profile is refused here, never opened
+        return files.check_regular_file(index[text], what=f"{kind} profile", limit=files.MAX_YAML_BYTES)
     close = difflib.get_close_matches(text, list(index), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(index))}"
     raise SpecError(f"unknown {kind} ID '{text}'{hint}")

@@ -8,9 +8,9 @@ Values are in the units their field names carry; ``flop_rate``/``bandwidth`` hel
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Annotated, Literal
 
 import numpy as np
-from typing import Literal
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
@@ -19,26 +19,28 @@ from ._base import DateStr, Spec
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4"]
 Fraction = Field(gt=0, le=1)
+Tflops = Annotated[float, Field(gt=0, le=1e6)]
+"""A dense peak, TFLOP/s: positive, at most 1e6 (an exaFLOP/s per accelerator)."""
 
 
 class DenseTflops(Spec):
     """Dense (no 2:4 sparsity) tensor peak per precision, TFLOP/s (TOP/s for int8); null = unsupported."""
 
-    fp32: PositiveFloat | None = None
+    fp32: Tflops | None = None
     """FP32 peak, TFLOP/s (non-tensor or tensor FP32 as the datasheet gives it)."""
-    tf32: PositiveFloat | None = None
+    tf32: Tflops | None = None
     """TF32 tensor peak, dense, TFLOP/s."""
-    bf16: PositiveFloat | None = None
+    bf16: Tflops | None = None
     """BF16 tensor peak, dense, TFLOP/s."""
-    fp16: PositiveFloat | None = None
+    fp16: Tflops | None = None
     """FP16 tensor peak, dense, TFLOP/s."""
-    fp8: PositiveFloat | None = None
+    fp8: Tflops | None = None
     """FP8 tensor peak, dense, TFLOP/s."""
-    int8: PositiveFloat | None = None
+    int8: Tflops | None = None
     """INT8 tensor peak, dense, TOP/s."""
-    fp6: PositiveFloat | None = None
+    fp6: Tflops | None = None
     """FP6 tensor peak, dense, TFLOP/s."""
-    fp4: PositiveFloat | None = None
+    fp4: Tflops | None = None
     """FP4 tensor peak, dense, TFLOP/s."""
 
     @model_validator(mode="after")
@@ -175,7 +177,7 @@ class PriceSpec(Spec):
     """Where the figure comes from, or how the default was derived."""
     date: DateStr
     """When the figure was observed (YYYY-MM or YYYY-MM-DD)."""
-    capex_usd: PositiveFloat | None = None
+    capex_usd: PositiveFloat | None = Field(default=None, le=1e8)
     """Purchase price per accelerator incl. its share of the system, US$ (TCO mode); estimate."""
 
 
@@ -186,9 +188,9 @@ class CalibrationRecord(Spec):
     """Data file the parameters were fitted on."""
     date: DateStr
     """Fit date (ISO)."""
-    rows: int
+    rows: int = Field(ge=0, le=10_000_000)
     """Rows used in the fit."""
-    residual_median_ape: float
+    residual_median_ape: float = Field(ge=0, le=1e6)
     """In-sample median absolute percentage error after the fit, %."""
     parameters: list[str]
     """Names of the efficiency parameters that were fitted."""

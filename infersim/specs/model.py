@@ -10,13 +10,18 @@ from functools import cached_property
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, model_validator
 
 from ..units import BYTES_PER_ELEMENT
 from ._base import Spec
 from .hardware import Precision
 
 Dim = Annotated[int, Field(gt=0, le=10_000_000)]
+"""A positive size or count: at most 1e7."""
+Count = Annotated[int, Field(ge=0, le=10_000_000)]
+"""A non-negative count: at most 1e7."""
+Billions = Annotated[float, Field(gt=0, le=1e6)]
+"""A parameter count in billions: positive, at most 1e6 (10^15 parameters)."""
 
 
 class GqaAttention(Spec):
@@ -33,9 +38,9 @@ class GqaAttention(Spec):
     """Bias on the Q/K/V (and O) projections (gpt-oss)."""
     qk_norm: bool = False
     """RMSNorm on queries and keys (Qwen3)."""
-    sliding_window_tokens: PositiveInt | None = None
+    sliding_window_tokens: Dim | None = None
     """Window of the sliding-window layers, tokens (null = all layers full attention)."""
-    n_sliding_layers: NonNegativeInt = 0
+    n_sliding_layers: Count = 0
     """Number of layers using the sliding window (the rest attend to the full context)."""
 
     @model_validator(mode="after")
@@ -74,7 +79,7 @@ class MlaAttention(Spec):
     kind: Literal["mla"]
     n_heads: Dim
     """Query heads."""
-    q_lora_rank: PositiveInt | None
+    q_lora_rank: Dim | None
     """Rank of the query down-projection (null = full-rank queries)."""
     kv_lora_rank: Dim
     """Rank of the KV latent (cached)."""
@@ -114,13 +119,13 @@ class MoeSpec(Spec):
 
     n_routed_experts: Dim
     """Routed experts per MoE layer."""
-    n_shared_experts: NonNegativeInt = 0
+    n_shared_experts: Count = 0
     """Always-active shared experts per MoE layer."""
     top_k: Dim
     """Routed experts chosen per token."""
     expert_intermediate_size: Dim
     """Gated-MLP intermediate width of one expert."""
-    n_dense_leading_layers: NonNegativeInt = 0
+    n_dense_leading_layers: Count = 0
     """Leading layers that use a dense MLP instead of MoE (DeepSeek: 3)."""
 
     @model_validator(mode="after")
@@ -137,22 +142,22 @@ class VisionEncoderSpec(Spec):
     hidden_size: Dim
     intermediate_size: Dim
     n_heads: Dim
-    params_b: PositiveFloat
+    params_b: Billions
     """Parameter count, billions (estimate from the config where marked)."""
-    pixels_per_token: PositiveInt
+    pixels_per_token: Dim
     """Image pixels per LM token after patch merging (e.g. 32*32 = 1024)."""
 
 
 class PublishedCounts(Spec):
     """Parameter counts as published by the model's authors (for checks, not for costing)."""
 
-    total_params_b: PositiveFloat | None = None
+    total_params_b: Billions | None = None
     """Total parameters, billions (official figure)."""
-    active_params_b: PositiveFloat | None = None
+    active_params_b: Billions | None = None
     """Active parameters per token, billions (official figure)."""
-    computed_total_params_b: PositiveFloat | None = None
+    computed_total_params_b: Billions | None = None
     """Total recomputed from the config by the reference notes, billions."""
-    computed_active_params_b: PositiveFloat | None = None
+    computed_active_params_b: Billions | None = None
     """Active recomputed from the config by the reference notes, billions."""
     note: str | None = None
 
@@ -170,7 +175,7 @@ class ModelSpec(Spec):
     """Transformer layers (MTP modules excluded)."""
     hidden_size: Dim
     """Residual stream width."""
-    intermediate_size: PositiveInt | None = None
+    intermediate_size: Dim | None = None
     """Dense gated-MLP intermediate width (required when any layer is dense)."""
     vocab_size: Dim
     """Vocabulary size."""
@@ -179,12 +184,13 @@ class ModelSpec(Spec):
     attention: Attention
     moe: MoeSpec | None = None
     """Mixture-of-experts block (null for dense models)."""
-    mtp_layers: NonNegativeInt = 0
+    mtp_layers: int = Field(default=0, ge=0, le=64)
     """Multi-token-prediction modules shipped with the model (DeepSeek-V3/R1: 1)."""
     native_precision: Precision
     """Precision of the released linear weights."""
-    max_context_tokens: PositiveInt
-    """Maximum supported context, tokens."""
+    max_context_tokens: Dim
+    """Maximum supported context, tokens; a workload whose input plus output can exceed it is
+    rejected."""
     vision_encoder: VisionEncoderSpec | None = None
     published: PublishedCounts = PublishedCounts()
     notes: list[str] = Field(default_factory=list)

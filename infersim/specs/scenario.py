@@ -14,10 +14,13 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, NonNegativeFloat, RootModel, PositiveFloat, PositiveInt, model_validator
 
+from .. import files
 from ._base import Spec
 from .hardware import Precision
 
 Tokens = Annotated[float, Field(gt=0, le=10_000_000)]
+Weight = Annotated[float, Field(ge=0, le=1e15)]
+"""A histogram weight (a count or a probability): non-negative, at most 1e15."""
 
 
 class LengthSpec(Spec):
@@ -37,7 +40,7 @@ class LengthSpec(Spec):
     """99th percentile, tokens."""
     max: Tokens | None = None
     """Largest length (cap), tokens."""
-    histogram: list[tuple[Tokens, NonNegativeFloat]] | None = None
+    histogram: list[Annotated[tuple[Tokens, Weight], Field(strict=False)]] | None = Field(default=None, max_length=10_000_000)
     """Optional (length, weight) pairs; weights need not sum to 1."""
     estimate: bool = False
     """True when the figures are estimates rather than measured statistics."""
@@ -117,9 +120,9 @@ class WorkloadSpec(Spec):
     scenario file; when set, the lengths' empirical distributions replace isl/osl."""
     prefix_share_fraction: float = Field(default=0.0, ge=0, le=1)
     """Fraction of input tokens that are a prefix shared with earlier requests (reusable KV)."""
-    images_per_request: NonNegativeFloat = 0.0
+    images_per_request: NonNegativeFloat = Field(default=0.0, le=1000)
     """Images per request for multimodal models (vision encoder runs once per image)."""
-    image_pixels: PositiveFloat | None = None
+    image_pixels: PositiveFloat | None = Field(default=None, le=1e9)
     """Pixels per image for multimodal requests."""
 
     @model_validator(mode="after")
@@ -219,23 +222,11 @@ def load_trace(path: Path) -> tuple[LengthSpec, LengthSpec]:
 
     from ..errors import SpecError
 
+    text = files.read_text(path, what="trace", limit=files.MAX_TRACE_BYTES)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read trace ({exc})", file=str(path)) from None
-    reader = csv.DictReader(text.splitlines())
-    if reader.fieldnames is None or not {"isl", "osl"} <= set(reader.fieldnames):
-        raise SpecError("trace needs columns 'isl' and 'osl' (tokens)", file=str(path))
-    isl, osl = [], []
-    for i, row in enumerate(reader, start=2):
-        for col, out in (("isl", isl), ("osl", osl)):
-            try:
-                v = float(row[col])
-            except (TypeError, ValueError):
-                raise SpecError(f"row {i}, column {col}: expected a number of tokens (got {row[col]!r})", file=str(path)) from None
-            if not 0 < v <= 10_000_000:
-                raise SpecError(f"row {i}, column {col}: expected 0 < tokens <= 1e7 (got {v})", file=str(path))
-            out.append(v)
+        isl, osl = _trace_columns(csv.DictReader(text.splitlines()), path)
+    except csv.Error as exc:
+        raise SpecError(f"not a readable CSV ({exc})", file=str(path)) from None
     if not isl:
         raise SpecError("trace has no rows", file=str(path))
 
@@ -245,6 +236,25 @@ def load_trace(path: Path) -> tuple[LengthSpec, LengthSpec]:
                           histogram=[(float(a), float(c)) for a, c in zip(x, counts)])
 
     return spec(isl), spec(osl)
+
+
+def _trace_columns(reader, path: Path) -> tuple[list[float], list[float]]:
+    """The isl and osl columns of a trace CSV as token counts (SpecError naming row and column)."""
+    from ..errors import SpecError
+
+    if reader.fieldnames is None or not {"isl", "osl"} <= set(reader.fieldnames):
+        raise SpecError("trace needs columns 'isl' and 'osl' (tokens)", file=str(path))
+    isl, osl = [], []
+    for i, row in enumerate(reader, start=2):
+        for col, out in (("isl", isl), ("osl", osl)):
+            try:
+                v = float(row[col])
+            except (TypeError, ValueError, OverflowError):
+                raise SpecError(f"row {i}, column {col}: expected a number of tokens (got {str(row[col])[:40]!r})", file=str(path)) from None
+            if not 0 < v <= 10_000_000:
+                raise SpecError(f"row {i}, column {col}: expected 0 < tokens <= 1e7 (got {v})", file=str(path))
+            out.append(v)
+    return isl, osl
 
 
 def with_trace(scenario, base_dir: Path):

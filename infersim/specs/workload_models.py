@@ -47,7 +47,7 @@ class DiTSpec(Spec):
     """Width per head."""
     text_dim: Dim
     """Width of the text-encoder output fed to the cross-attention (projected to hidden_size)."""
-    patch_size: tuple[PositiveInt, PositiveInt, PositiveInt]
+    patch_size: Annotated[tuple[PositiveInt, PositiveInt, PositiveInt], Field(strict=False)]
     """Latent patch (frames, height, width) merged into one token."""
     latent_channels: Dim
     """Channels of the VAE latent the transformer denoises."""
@@ -197,7 +197,7 @@ class GenerativeRecommenderSpec(Spec):
     source: list[str] = Field(min_length=1)
     tables: list[EmbeddingTableSpec] = Field(min_length=1)
     hstu: HstuSpec
-    candidate_mlp_layers: list[tuple[Dim, Dim]] = Field(default_factory=list, max_length=64)
+    candidate_mlp_layers: list[Annotated[tuple[Dim, Dim], Field(strict=False)]] = Field(default_factory=list, max_length=64)
     """(input width, output width) of each dense layer a candidate passes through outside the
     HSTU stack (item-embedding MLP and task head)."""
     dense_precision: Precision = "fp16"
