@@ -133,14 +133,12 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
 
 def plot(rows: list[dict], path, title: str) -> None:
     """Waterfall chart of tokens/s per accelerator per step, written atomically to ``path``."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .report import write_atomic
+    from .report import save_figure
 
     vals = [r["tokens_per_s_per_accelerator"] for r in rows]
     labels = [r["step"] for r in rows]
@@ -159,7 +157,4 @@ def plot(rows: list[dict], path, title: str) -> None:
     ax.set_ylabel("output tokens/s per accelerator")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    save_figure(fig, path)

@@ -147,14 +147,12 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
 
 def plot(candidates: list[Candidate], path, title: str) -> None:
     """Bar chart of US$/month per feasible candidate, written atomically to ``path`` (PNG)."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .report import write_atomic
+    from .report import save_figure
 
     rows = [c.to_dict() for c in candidates if c.feasible]
     fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(rows)), 4), dpi=120)
@@ -169,7 +167,4 @@ def plot(candidates: list[Candidate], path, title: str) -> None:
     ax.set_ylim(0, max(values + [1.0]) * 1.15)
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    save_figure(fig, path)

@@ -50,14 +50,12 @@ def frontier_points(pred: Prediction) -> list[dict[str, Any]]:
 
 def plot(points: list[dict[str, Any]], path, title: str, operating_point: dict | None = None) -> None:
     """Draw the frontier (log-x) to ``path`` (PNG), atomically."""
-    import io
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .report import write_atomic
+    from .report import save_figure
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     x = [p["tokens_per_s_per_user"] for p in points]
@@ -77,7 +75,4 @@ def plot(points: list[dict[str, Any]], path, title: str, operating_point: dict |
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    write_atomic(path, buf.getvalue())
+    save_figure(fig, path)

@@ -109,4 +109,16 @@ def to_json(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2)
 
 
-__all__ = ["kv_table", "prediction_tables", "explain_table", "to_json", "write_atomic"]
+__all__ = ["kv_table", "prediction_tables", "explain_table", "to_json", "write_atomic", "save_figure"]
+
+
+def save_figure(fig, path, fmt: str = "png"):
+    """Render a matplotlib figure to ``path`` in ``fmt``, atomically, and close it."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt)
+    plt.close(fig)
+    return write_atomic(path, buf.getvalue())
