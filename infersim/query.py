@@ -50,10 +50,9 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
         raise SpecError(f"'{md_id}' / '{sc_id}' is a non-LLM (text-to-video or recommendation) workload: "
                         "only `infersim run` and `infersim validate` support it")
     if trace is not None:
-        from .specs.scenario import load_trace
+        from .specs.scenario import apply_trace
 
-        t_isl, t_osl = load_trace(Path(trace))
-        sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"isl": t_isl, "osl": t_osl})})
+        sc = sc.model_copy(update={"workload": apply_trace(sc.workload, Path(trace))})
     if isl is not None or osl is not None:
         wl = sc.workload
         for flag, value in (("isl", isl), ("osl", osl)):

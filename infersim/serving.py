@@ -41,12 +41,20 @@ class WorkloadStats:
     isl_probs: np.ndarray | None = None
     isl_max: float | None = None
     """Longest prompt (tokens): the spec's ``max`` where given, else the support's largest point."""
+    arrival_scv: float = 1.0
+    """c_a² of the inter-arrival times (1: Poisson); the index of dispersion of arrival counts."""
+    isl_osl_mean: float | None = None
+    """E[ISL·OSL] of paired lengths, tokens² (None: ISL and OSL independent)."""
 
     @property
     def context_mean(self) -> float:
-        """Mean context of a sequence in flight: ISL + E[OSL²]/(2·E[OSL]) (length-biased
-        progress of the running sequences)."""
-        return self.isl_mean + self.osl_sq / (2.0 * self.osl_mean)
+        """Mean context of a sequence in flight: E[ISL·OSL]/E[OSL] + E[OSL²]/(2·E[OSL]).
+
+        A request stays in flight for a time ∝ its OSL, so the running sequences are
+        OSL-length-biased: their prompts average E[ISL·OSL]/E[OSL] (E[ISL] when the lengths are
+        independent) and their progress E[OSL²]/(2·E[OSL])."""
+        prompt = self.isl_mean if self.isl_osl_mean is None else self.isl_osl_mean / self.osl_mean
+        return prompt + self.osl_sq / (2.0 * self.osl_mean)
 
     @classmethod
     def from_workload(cls, workload, model=None) -> "WorkloadStats":
@@ -60,15 +68,20 @@ class WorkloadStats:
             patches = workload.images_per_request * workload.image_pixels / VISION_PATCH_PIXELS
             xi = xi + image_tokens
         xo, po = workload.osl.support
+        osl_mean = float(np.sum(po * xo))
+        paired = getattr(workload, "isl_osl_mean", None)
+        # images add the same tokens to every prompt: E[(ISL + I)·OSL] = E[ISL·OSL] + I·E[OSL]
+        paired = None if paired is None else paired + image_tokens * osl_mean
         # compress the output-length distribution to 16 quantile points for tail sums
         c = np.cumsum(po)
         u = (np.arange(16) + 0.5) / 16
         pts = xo[np.minimum(np.searchsorted(c, u), len(xo) - 1)]
         return cls(isl_mean=float(np.sum(pi * xi)), isl_sq=float(np.sum(pi * xi * xi)),
-                   osl_mean=float(np.sum(po * xo)), osl_sq=float(np.sum(po * xo * xo)),
+                   osl_mean=osl_mean, osl_sq=float(np.sum(po * xo * xo)),
                    osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99),
                    vision_patches=patches, isl_points=np.asarray(xi, dtype=float), isl_probs=np.asarray(pi, dtype=float),
-                   isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)))
+                   isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)),
+                   arrival_scv=float(getattr(workload, "arrival_dispersion", 1.0)), isl_osl_mean=paired)
 
 
 @dataclass
