@@ -105,3 +105,13 @@ def test_arrival_dispersion_range_is_checked():
         WorkloadSpec(isl=LengthSpec(mean=1), osl=LengthSpec(mean=1), arrival_dispersion=-0.1)
     with pytest.raises(ValueError):
         WorkloadSpec(isl=LengthSpec(mean=1), osl=LengthSpec(mean=1), arrival_dispersion=101)
+
+
+def test_bundled_endpoints_scenario_takes_its_trace_columns():
+    from infersim.specs import load_scenario
+
+    wl = load_scenario("api-endpoints-bursty").workload
+    assert wl.arrival_dispersion == pytest.approx(2.30, abs=0.01)  # README: measured from the file
+    assert wl.prefix_share_fraction == pytest.approx(0.176, abs=0.001)
+    assert wl.prefix_working_set_tokens == pytest.approx(101_200)
+    assert wl.isl_osl_mean is not None and wl.isl.histogram and wl.osl.histogram
