@@ -56,12 +56,13 @@ def selection(query: Query) -> opt.Selection:
                       enable=sw.enable, disable=sw.disable, params=sw.params)
 
 
-def evaluate(query: Query) -> list[Result]:
-    """Every optimization variant of ``query`` evaluated over its [layout, batch] grid."""
+def evaluate(query: Query, *, fit_only: bool = False) -> list[Result]:
+    """Every optimization variant of ``query`` evaluated over its [layout, batch] grid
+    (``fit_only``: see ``search.evaluate``)."""
     base = base_plan(query.inputs, query.software, query.layout)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
     return [search.evaluate(opt.apply_all(base, transforms), query.inputs.scenario, query.accelerators, stats,
-                            price_per_hour=query.price)
+                            price_per_hour=query.price, fit_only=fit_only)
             for transforms in selection(query).variants()]
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .checks import check_request
 from .errors import SpecError
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
@@ -97,7 +99,12 @@ class LayoutRequest:
             for v in axis_values(getattr(self, name)) or ():
                 if not 1 <= v <= accelerators:
                     raise SpecError(f"--{name} must be in [1, accelerators={accelerators}] (got {v})")
-        for b in axis_values(self.batch) or ():
+        values = axis_values(self.batch) or ()
+        if len(values) > 1 and all(type(b) in (int, float) for b in values):
+            a = np.asarray(values, dtype=float)
+            if bool(np.all((a >= 1) & (a <= 1e6))):
+                return  # a long batch axis checked at once; the loop below names a bad value
+        for b in values:
             if not 1 <= b <= 1e6:
                 raise SpecError(f"--batch must be in [1, 1e6] sequences (got {b})")
 

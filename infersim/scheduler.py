@@ -45,7 +45,7 @@ from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan
-from .serving import (ServingResult, WorkloadStats, _prefill, _two_gamma_quantile, gamma_cdf, mixture_z, palm_excess,
+from .serving import (ServingResult, WorkloadStats, _prefill, _two_gamma_quantiles, gamma_cdf, mixture_z, palm_excess,
                       prefix_hit)
 from statistics import NormalDist
 
@@ -367,8 +367,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         b_var = b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean)
     i_mean = t_d + s_mean
     ttft_mean = busy * b_mean + idle * i_mean
-    ttft_p = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, q)
-    ttft_p50 = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, 0.5)
+    ttft_p, ttft_p50 = _two_gamma_quantiles(busy, b_mean, b_var, idle, i_mean, s_var, (q, 0.5))
     it_mean = c_mean / eg
     tpot_mean = it_mean / L
     # variance per iteration of a long run: the stalls' variance and the count of context iterations

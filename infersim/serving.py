@@ -221,10 +221,19 @@ def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
     rtsafe rule) refine it. Where the second weight is below 1e-9 the first component's
     quantile is already the root to that probability, and no iteration is spent.
     """
+    return _two_gamma_quantiles(w1, m1, v1, w2, m2, v2, (q,), iters)[0]
+
+
+def _two_gamma_quantiles(w1, m1, v1, w2, m2, v2, qs, iters: int = 20) -> list:
+    """``_two_gamma_quantile`` at each of ``qs``, the Wilson-Hilferty terms computed once."""
     a1, b1 = _wilson_hilferty(m1, v1)
     a2, b2 = _wilson_hilferty(m2, v2)
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
+    return [_solve_two_gamma(*arrays, q, iters) for q in qs]
+
+
+def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
     z_q = NormalDist().inv_cdf(q)
-    w1, w2, a1, b1, a2, b2 = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
     u1, u2 = np.maximum((z_q - b1) / a1, 0.0), np.maximum((z_q - b2) / a2, 0.0)
     out = u1.copy()
     mixed = w2 > 1e-9
