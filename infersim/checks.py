@@ -42,7 +42,7 @@ def check_count(flag: str, value: Any, lo: int, hi: int, unit: str = "") -> None
 def _all_counts(values: tuple, lo: int, hi: int) -> bool:
     """Every value a whole number in [lo, hi] (``check_count``'s test for a long axis at once:
     plain ints and floats only, anything else goes to the per-value check)."""
-    if not values or not all(type(v) in (int, float) for v in values):
+    if not values or not set(map(type, values)) <= {int, float}:
         return not values
     try:
         a = np.asarray(values, dtype=float)

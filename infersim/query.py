@@ -100,7 +100,7 @@ class LayoutRequest:
                 if not 1 <= v <= accelerators:
                     raise SpecError(f"--{name} must be in [1, accelerators={accelerators}] (got {v})")
         values = axis_values(self.batch) or ()
-        if len(values) > 1 and all(type(b) in (int, float) for b in values):
+        if len(values) > 1 and set(map(type, values)) <= {int, float}:
             a = np.asarray(values, dtype=float)
             if bool(np.all((a >= 1) & (a <= 1e6))):
                 return  # a long batch axis checked at once; the loop below names a bad value

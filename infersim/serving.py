@@ -176,8 +176,16 @@ _erfc = np.vectorize(math.erfc, otypes=[float])
 
 
 def mixture_z(weights, probs, q: float, iters: int = 60) -> float:
-    """z solving Σ p_j·Q(z·w_j) = 1 − q: the q-quantile of Σ p_j N(0, 1/w_j²) (scalar bisection)."""
-    weights = np.asarray(weights, dtype=float)
+    """z solving Σ p_j·Q(z·w_j) = 1 − q: the q-quantile of Σ p_j N(0, 1/w_j²) (scalar bisection;
+    memoized on the values, which are a handful per workload)."""
+    w, p = np.asarray(weights, dtype=float), np.asarray(probs, dtype=float)
+    return _mixture_z(tuple(w.ravel().tolist()), w.shape, tuple(p.ravel().tolist()), p.shape, float(q), iters)
+
+
+@lru_cache(maxsize=256)
+def _mixture_z(w: tuple, w_shape: tuple, p: tuple, p_shape: tuple, q: float, iters: int) -> float:
+    weights = np.asarray(w, dtype=float).reshape(w_shape)
+    probs = np.asarray(p, dtype=float).reshape(p_shape)
     lo, hi = 0.0, 10.0 / max(float(np.min(weights)), 1e-12)
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
