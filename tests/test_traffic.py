@@ -115,3 +115,22 @@ def test_bundled_endpoints_scenario_takes_its_trace_columns():
     assert wl.prefix_share_fraction == pytest.approx(0.176, abs=0.001)
     assert wl.prefix_working_set_tokens == pytest.approx(101_200)
     assert wl.isl_osl_mean is not None and wl.isl.histogram and wl.osl.histogram
+
+
+def test_plan_takes_its_load_from_a_timestamped_trace(runner, tmp_path):
+    import json
+
+    from infersim.specs.traffic import read_trace
+
+    trace = "scenarios/traces/api-endpoints-synthetic-2000.csv"
+    tr = read_trace(trace)
+    r = runner.invoke(app, ["plan", "-H", "h200-sxm", "-m", "llama3.1-8b", "-s", "chat-1k-1k", "--trace", trace,
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout[r.stdout.index("["):])[0]
+    # the load is the trace's arrival rate × its mean output length
+    assert row["target_tokens_per_s"] == pytest.approx(tr.arrival_rate_per_s * tr.osl.mean(), rel=1e-9)
+    assert row["feasible"] and row["capacity_tokens_per_s"] >= row["target_tokens_per_s"]
+    bare = _write(tmp_path, "isl,osl\n100,10\n")
+    r = runner.invoke(app, ["plan", "-H", "h200-sxm", "-m", "llama3.1-8b", "-s", "chat-1k-1k", "--trace", str(bare)])
+    assert r.exit_code == 2 and "arrival_s" in r.output
