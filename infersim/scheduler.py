@@ -45,8 +45,8 @@ from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan
-from .serving import (ServingResult, WorkloadStats, _prefill, _two_gamma_quantiles, gamma_cdf, mixture_z, palm_excess,
-                      prefix_hit)
+from .serving import (ServingResult, WorkloadStats, _prefill, _two_gamma_quantiles, gamma_cdf, mix_rate_states,
+                      mixture_z, palm_excess, prefix_hit)
 from statistics import NormalDist
 
 FFT_MAX_COUNT = 48.0
@@ -241,7 +241,48 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
            workers=1.0) -> EngineResult:
     """Poisson arrivals into one instance at mean occupancy B (Server/Interactive), costed by
     ``step_cost``: decode iterations at the padded per-rank batch, the prefill increment of a
-    context iteration at the number of prompts it admits and the busiest rank's share."""
+    context iteration at the number of prompts it admits and the busiest rank's share. Arrivals
+    switching slowly between rates (``stats.rate_states``) mix the engine at each state's
+    occupancy B·rate factor (``serving.mix_rate_states``); a limit broken in any state is broken."""
+    if stats.rate_states is None:
+        return _server(plan, layout, batch, stats, percentile, workers)
+    one = replace(stats, rate_states=None, arrival_scv=1.0)  # Poisson within a state
+    return rate_states_mix(lambda b: _server(plan, layout, b, one, percentile, workers), batch, stats.rate_states,
+                           percentile / 100.0)
+
+
+RATE_MATCH_ITERS = 4
+"""Fixed-point steps that set each rate state's occupancy to carry its share of the arrivals."""
+
+
+def rate_states_mix(run, batch, rate_states, q: float) -> EngineResult:
+    """Arrivals switching slowly between rates, quasi-static: ``run(B)`` (the engine at occupancy B,
+    one state) at the mean occupancy gives the mean rate λ̄ = λ(B); each state i runs at the
+    occupancy B_i carrying its rate f_i·λ̄ (fixed-point steps B_i ← B_i·f_i·λ̄/λ(B_i) from B·f_i:
+    a busy state's requests stay longer, so B_i grows faster than f_i), and the states mix by
+    ``serving.mix_rate_states``; a limit broken in any state is broken."""
+    batch = np.asarray(batch, dtype=float)
+    base = run(batch)
+    lam, tokens = base.rate, base.tokens_per_s
+    states = []
+    for f, _ in rate_states:
+        b = batch * f
+        for _ in range(RATE_MATCH_ITERS):
+            r = run(b)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = np.clip(f * lam / r.rate, 0.25, 4.0)
+            b = np.where(np.isfinite(step) & (r.prefill_share < 1), b * step, b)
+        states.append(run(b))
+    res = mix_rate_states(base, states, [w for _, w in rate_states], q)
+    res.rate, res.tokens_per_s = lam, tokens  # the states carry f_i·λ̄: the time average is λ̄
+    for r in states:  # the first broken limit of any state
+        res.reason = np.where(res.ok & ~r.ok, r.reason, res.reason)
+        res.ok = res.ok & r.ok
+    return res
+
+
+def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
+            workers=1.0) -> EngineResult:
     dq = 1.0 + plan.serving.draft_depth
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)

@@ -46,6 +46,8 @@ class WorkloadStats:
     """c_a² of the inter-arrival times (1: Poisson); the index of dispersion of arrival counts."""
     isl_osl_mean: float | None = None
     """E[ISL·OSL] of paired lengths, tokens² (None: ISL and OSL independent)."""
+    rate_states: tuple[tuple[float, float], ...] | None = None
+    """Slowly switching arrival rates: (rate / mean rate, share of time) per state (None: one)."""
 
     @property
     def context_mean(self) -> float:
@@ -82,7 +84,9 @@ class WorkloadStats:
                    osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99),
                    vision_patches=patches, isl_points=np.asarray(xi, dtype=float), isl_probs=np.asarray(pi, dtype=float),
                    isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)),
-                   arrival_scv=float(getattr(workload, "arrival_dispersion", 1.0)), isl_osl_mean=paired)
+                   arrival_scv=float(getattr(workload, "arrival_dispersion", 1.0)), isl_osl_mean=paired,
+                   rate_states=None if getattr(workload, "arrival_states", None) is None
+                   else tuple((float(f), float(w)) for f, w in workload.arrival_states))
 
 
 @dataclass
@@ -400,3 +404,49 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     e2e = ttft_p99 + n99 * c_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho))
     return ServingResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
                          tpot_mean=tpot_mean, tpot_p99=tpot_p99, e2e_p99=e2e, step=cost, prefill_share=rho)
+
+
+def _lognormal_mixture_quantile(weights, p50s, pqs, q: float, q_fit: float, iters: int = 48):
+    """q-quantile of Σ w_i·LogNormal_i, each LogNormal through its median and its q_fit-quantile
+    (arrays broadcast; bisection in log x; an infinite component quantile gives infinity)."""
+    z_fit = NormalDist().inv_cdf(q_fit)
+    mus = [np.log(np.maximum(m, 1e-300)) for m in p50s]
+    sigmas = [np.maximum(np.log(np.maximum(p, 1e-300)) - mu, 1e-9) / z_fit for p, mu in zip(pqs, mus)]
+    finite = np.all([np.isfinite(p) for p in pqs], axis=0)
+    lo = np.min([np.where(np.isfinite(m), m, 0.0) for m in mus], axis=0) - 10.0
+    hi = np.max([np.where(np.isfinite(mu + 6 * sg), mu + 6 * sg, 0.0) for mu, sg in zip(mus, sigmas)], axis=0) + 1.0
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        cdf = sum(w * _norm_cdf((mid - mu) / sg) for w, mu, sg in zip(weights, mus, sigmas))
+        lo, hi = np.where(cdf < q, mid, lo), np.where(cdf < q, hi, mid)
+    return np.where(finite, np.exp(0.5 * (lo + hi)), np.inf)
+
+
+def mix_rate_states(base, states, shares, q: float):
+    """One result for arrivals switching slowly between rates, from per-state results (quasi-static:
+    each state's queue in its own steady state, ``scheduler.rate_states_mix``). Rates and shares of time average over time; request-level latencies mix
+    over the requests, state i holding a share π_i·λ_i/Σπ_j·λ_j of them; p-quantiles from
+    log-normals through each state's median and p-quantile. ``base`` (the mean-occupancy result)
+    keeps the step costed for ``explain``; its fields are replaced in place and it is returned."""
+    rates = [np.where(np.isfinite(r.rate) & (r.prefill_share < 1), r.rate, 0.0) for r in states]
+    total = sum(w * r for w, r in zip(shares, rates))
+    req = [w * r / np.maximum(total, 1e-300) for w, r in zip(shares, rates)]
+    base.rate = total
+    base.tokens_per_s = sum(w * r.tokens_per_s for w, r in zip(shares, states))
+    for r in states:  # a saturated state has no steady state: its latencies are unbounded
+        bad = ~(np.isfinite(r.rate) & (r.prefill_share < 1))
+        if np.any(bad):
+            r.ttft_p99, r.tpot_p99, r.e2e_p99 = (np.where(bad, np.inf, x) for x in (r.ttft_p99, r.tpot_p99, r.e2e_p99))
+    base.prefill_share = sum(w * r.prefill_share for w, r in zip(shares, states))
+    base.ttft_mean = sum(v * r.ttft_mean for v, r in zip(req, states))
+    base.tpot_mean = sum(v * r.tpot_mean for v, r in zip(req, states))
+    p50 = lambda r, name: getattr(r, name, None) if getattr(r, name, None) is not None else r.ttft_mean  # noqa: E731
+    base.ttft_p99 = _lognormal_mixture_quantile(req, [p50(r, "ttft_p50") for r in states], [r.ttft_p99 for r in states], q, q)
+    base.tpot_p99 = _lognormal_mixture_quantile(req, [r.tpot_mean for r in states], [r.tpot_p99 for r in states], q, q)
+    if getattr(base, "ttft_p50", None) is not None:
+        base.ttft_p50 = _lognormal_mixture_quantile(req, [p50(r, "ttft_p50") for r in states],
+                                                    [r.ttft_p99 for r in states], 0.5, q)
+        base.tpot_p50 = base.tpot_mean
+    base.e2e_p99 = _lognormal_mixture_quantile(req, [p50(r, "ttft_p50") + r.e2e_p99 - r.ttft_p99 for r in states],
+                                               [r.e2e_p99 for r in states], q, q)
+    return base

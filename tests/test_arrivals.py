@@ -185,3 +185,82 @@ def test_burstier_traffic_never_raises_capacity_under_the_limits(mode):
         assert p.feasible, (mode, ca2, p.reason)
         got.append(p.metrics["tokens_per_s"])
     assert got[0] >= got[1] >= got[2] and got[0] > got[2], got
+
+
+# ---- arrivals switching between a quiet and a busy rate (Markov-modulated Poisson) ------------------
+
+def test_switching_rates_are_fitted_and_renewal_traffic_is_not():
+    import sys
+    from pathlib import Path
+
+    from infersim.specs.traffic import Trace
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    import synthetic_traces
+
+    rng = np.random.default_rng(5)
+    t = synthetic_traces.arrivals(rng, 100_000)  # quiet 1/s for 40 s, busy 8/s for 5 s (mean 1.78/s)
+    states = Trace(isl=np.ones(len(t)), osl=np.ones(len(t)), arrival_s=t).rate_states()
+    (f_quiet, w_quiet), (f_busy, w_busy) = states
+    assert f_quiet == pytest.approx(1 / 1.78, rel=0.15) and f_busy == pytest.approx(8 / 1.78, rel=0.15)
+    assert w_busy == pytest.approx(5 / 45, rel=0.15)
+    for scv in (1.0, 4.0, 16.0):  # renewal arrivals have no lasting states, however bursty
+        g = np.cumsum(des.arrival_gaps(rng, 1.0, 50_000, scv))
+        assert Trace(isl=np.ones(len(g)), osl=np.ones(len(g)), arrival_s=g).rate_states() is None
+
+
+def test_switching_rates_closed_form_is_nearer_the_des_than_one_renewal_dispersion():
+    """A replayed MMPP stream (DES, 60k requests, the generator of the bundled trace: busy state at
+    4.5× the mean rate 11 % of the time) against the quasi-static two-state mixture and against the
+    renewal model with the stream's gap c_a² (2.2), same engine and mean rate. Measured p99 TTFT
+    error at prefill share 0.03/0.05/0.1/0.15/0.2: mixture −15/−18/−23/−27/−30 %, renewal
+    −11/−20/−43/−63/−77 %. Both miss low: the backlog a burst's onset builds before the busy state's
+    steady state is not modelled. Checked: the mixture within 35 %, and nearer than the renewal
+    model from 0.1 on."""
+    import sys
+    from pathlib import Path
+
+    from infersim import scheduler
+    from infersim.plan import Engine
+    from infersim.specs.traffic import Trace
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    import synthetic_traces
+
+    rng = np.random.default_rng(5)
+    n = 60_000
+    t = synthetic_traces.arrivals(rng, n)
+    rows = list(synthetic_traces.rows(rng, n))
+    isl = np.array([r[0] for r in rows], float)
+    osl = np.array([r[1] for r in rows], float)
+    tr = Trace(isl=isl, osl=osl, arrival_s=t)
+    states = tr.rate_states()
+    base = dataclasses.replace(serving.WorkloadStats.from_workload(
+        WorkloadSpec(isl=LengthSpec(mean=float(isl.mean()), p50=float(np.median(isl)), p99=float(np.percentile(isl, 99))),
+                     osl=LengthSpec(mean=float(osl.mean()), p50=float(np.median(osl)), p99=float(np.percentile(osl, 99))))))
+    t_d, s_mean, eng = 0.03, 0.02, Engine()
+
+    def closed(stats, batch):
+        pre = lambda n_, imb: s_mean  # noqa: E731
+        dec = lambda rows_: t_d + 0.0 * rows_  # noqa: E731
+        if stats.rate_states is None:
+            return scheduler.engine_queue(eng, 1, np.atleast_1d(batch), stats, 1.0, Q, dec, pre)
+        one = dataclasses.replace(stats, rate_states=None)
+        return scheduler.rate_states_mix(lambda b: scheduler.engine_queue(eng, 1, b, one, 1.0, Q, dec, pre),
+                                         np.atleast_1d(batch), states, Q)
+
+    for rho in (0.05, 0.1, 0.2):
+        batch = rho / (1 - rho) * base.osl_mean * t_d / s_mean
+        mixed = closed(dataclasses.replace(base, rate_states=tuple(states)), batch)
+        lam = float(mixed.rate[0])
+        renewal_b = batch * lam / float(closed(base, batch).rate[0])  # same mean rate for the renewal model
+        renewal = closed(dataclasses.replace(base, arrival_scv=tr.arrival_dispersion), renewal_b)
+        arr = (t - t[0]) * ((n - 1) / (t[-1] - t[0])) / lam
+        run = des.run(arr, s_mean * isl / isl.mean(), des.decode_cycles(osl), t_d)
+        sim = float(np.percentile((run.first - run.arrival)[n // 10:], 100 * Q))
+        err_mixed = float(mixed.ttft_p99[0]) / sim - 1
+        err_renewal = float(renewal.ttft_p99[0]) / sim - 1
+        assert abs(err_mixed) < 0.35, (rho, err_mixed)
+        if rho >= 0.1:
+            assert abs(err_mixed) < abs(err_renewal), (rho, err_mixed, err_renewal)
+        assert abs(err_mixed) < 0.35, (rho, err_mixed)

@@ -111,7 +111,11 @@ def test_bundled_endpoints_scenario_takes_its_trace_columns():
     from infersim.specs import load_scenario
 
     wl = load_scenario("api-endpoints-bursty").workload
-    assert wl.arrival_dispersion == pytest.approx(2.30, abs=0.01)  # README: measured from the file
+    # README: fitted from the file (the generator's quiet/busy rates 1/s and 8/s, 40 s and 5 s sojourns)
+    assert wl.arrival_dispersion == pytest.approx(2.30, abs=0.01) and len(wl.arrival_states) == 2
+    (f_quiet, w_quiet), (f_busy, w_busy) = wl.arrival_states
+    assert f_quiet == pytest.approx(0.566, abs=0.001) and f_busy == pytest.approx(3.60, abs=0.01)
+    assert w_busy == pytest.approx(0.143, abs=0.001)
     assert wl.prefix_share_fraction == pytest.approx(0.176, abs=0.001)
     assert wl.prefix_working_set_tokens == pytest.approx(101_200)
     assert wl.isl_osl_mean is not None and wl.isl.histogram and wl.osl.histogram

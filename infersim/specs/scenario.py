@@ -124,6 +124,13 @@ class WorkloadSpec(Spec):
     """Squared coefficient of variation c_a² of the inter-arrival times (for a renewal process
     also the long-run index of dispersion of arrival counts): 1 = Poisson (MLPerf loadgen's Server
     scenario), 0 = evenly spaced, > 1 bursty. Range [0, 100]."""
+    arrival_states: list[Annotated[tuple[Annotated[float, Field(gt=0, le=1000)], Annotated[float, Field(gt=0, le=1)]],
+                                   Field(strict=False)]] | None = Field(default=None, min_length=2, max_length=8)
+    """Arrivals switching slowly between rates (a Markov-modulated Poisson process whose states
+    last long against a request's latency): [rate / mean rate, share of time] per state (set from
+    a trace; None: one state). The shares sum to 1 and the rate factors average to 1 over them.
+    Arrivals are Poisson within a state; ``arrival_dispersion`` then applies only to the
+    disaggregated prefill pool's queue."""
     isl_osl_mean: float | None = Field(default=None, gt=0, le=1e14)
     """E[ISL·OSL] of paired lengths, tokens² (set from a trace; None: lengths independent)."""
     prefix_share_fraction: float = Field(default=0.0, ge=0, le=1)
@@ -134,6 +141,16 @@ class WorkloadSpec(Spec):
     """Images per request for multimodal models (vision encoder runs once per image)."""
     image_pixels: PositiveFloat | None = Field(default=None, le=1e9)
     """Pixels per image for multimodal requests."""
+
+    @model_validator(mode="after")
+    def _states(self):
+        if self.arrival_states is not None:
+            share = sum(w for _, w in self.arrival_states)
+            mean = sum(f * w for f, w in self.arrival_states)
+            if abs(share - 1.0) > 1e-6 or abs(mean - 1.0) > 1e-6:
+                raise ValueError("arrival_states: shares of time must sum to 1 and the rate factors average to 1 "
+                                 f"over them (got {share:.6g} and {mean:.6g})")
+        return self
 
     @model_validator(mode="after")
     def _lengths(self):

@@ -6,9 +6,12 @@ Columns (header row; one row per request, in arrival order):
   besides the two length histograms the trace gives E[ISL·OSL], so a correlation between prompt and
   output length reaches the decode context (``serving.WorkloadStats.context_mean``).
 - ``arrival_s`` (optional): arrival time of the request, seconds from any origin, finite, ≥ 0 and
-  non-decreasing. The measured squared coefficient of variation of the inter-arrival gaps,
-  c_a² = Var(gap)/E[gap]², becomes the workload's ``arrival_dispersion`` (1 = Poisson). Only the
-  shape of the arrival process is taken: the arrival *rate* is what the prediction solves for.
+  non-decreasing. Where the arrivals switch slowly between a quiet and a busy rate
+  (``Trace.rate_states``: a two-state Markov-modulated Poisson fit), the states become the
+  workload's ``arrival_states`` (Poisson within each). The measured squared coefficient of
+  variation of the inter-arrival gaps, c_a² = Var(gap)/E[gap]², becomes its
+  ``arrival_dispersion`` (1 = Poisson; with states, used only by the disaggregated prefill pool). Only the shape of the arrival process is taken: the
+  arrival *rate* is what the prediction solves for.
   The estimate treats the gaps as a renewal process (it ignores correlation between successive
   gaps) and is noisy for short traces (its relative standard error is roughly √(2/n) for
   near-exponential gaps and larger for heavy-tailed ones).
@@ -33,6 +36,12 @@ from .. import files
 from ..errors import SpecError
 
 MAX_TOKENS = 10_000_000
+MMPP_WINDOW_GAPS = 5
+"""Counting window of the two-state arrival fit, in mean inter-arrival gaps."""
+MMPP_MIN_RATIO = 2.0
+"""Busy/quiet rate ratio below which the arrivals are not treated as switching between rates."""
+MMPP_MIN_ARRIVALS = 25.0
+"""Arrivals per mean sojourn in each state needed to treat the states as quasi-static."""
 MAX_DISPERSION = 100.0
 """Largest arrival dispersion c_a² accepted (a measured value above it is reported as an error)."""
 
@@ -65,6 +74,45 @@ class Trace:
         if self.arrival_s is None:
             return None
         return float((len(self.arrival_s) - 1) / (self.arrival_s[-1] - self.arrival_s[0]))
+
+    def rate_states(self) -> list[tuple[float, float]] | None:
+        """A two-state Markov-modulated Poisson fit of the arrivals when they switch slowly between a
+        quiet and a busy rate: [(rate / mean rate, share of time)] per state, or None.
+
+        Notes
+        -----
+        Arrivals are counted in windows of ``MMPP_WINDOW_GAPS`` mean gaps; the counts are split in
+        two by 1-D k-means; each state's rate is its windows' mean count, its share of time its share
+        of windows, its sojourn the mean run of consecutive windows × the window. The fit is kept
+        only when the busy rate is at least ``MMPP_MIN_RATIO`` × the quiet one and each state's
+        mean sojourn holds at least ``MMPP_MIN_ARRIVALS`` arrivals (so a queue reaches each state's
+        steady state; a renewal process of any c_a² has runs of a window or two and is rejected).
+        """
+        if self.arrival_s is None or len(self.arrival_s) < 20 * MMPP_WINDOW_GAPS:
+            return None
+        t = self.arrival_s - self.arrival_s[0]
+        width = MMPP_WINDOW_GAPS * t[-1] / (len(t) - 1)
+        counts = np.bincount(np.minimum((t / width).astype(int), int(t[-1] / width) - 1))
+        counts = counts[: int(t[-1] / width)].astype(float)
+        lo, hi = np.percentile(counts, 25), np.percentile(counts, 75)
+        if not hi > lo:
+            return None
+        for _ in range(50):
+            busy = np.abs(counts - hi) < np.abs(counts - lo)
+            if busy.all() or not busy.any():
+                return None
+            lo, hi = counts[~busy].mean(), counts[busy].mean()
+        if not (lo > 0 and hi >= MMPP_MIN_RATIO * lo):
+            return None
+        edges = np.flatnonzero(np.diff(busy.astype(int))) + 1
+        runs = np.diff(np.concatenate([[0], edges, [len(busy)]]))
+        state = busy[np.concatenate([[0], edges])]
+        for s, rate in ((False, lo), (True, hi)):
+            if runs[state == s].mean() * rate < MMPP_MIN_ARRIVALS:
+                return None
+        mean = counts.mean()
+        share_busy = float(busy.mean())
+        return [(float(lo / mean), 1.0 - share_busy), (float(hi / mean), share_busy)]
 
     def prefix_reuse(self) -> tuple[float, float] | None:
         """(shareable fraction of input tokens, working set tokens), or None without prefix columns."""
@@ -173,6 +221,9 @@ def workload_update(tr: Trace) -> dict:
     out = {"isl": spec(tr.isl), "osl": spec(tr.osl), "isl_osl_mean": tr.isl_osl_mean}
     if tr.arrival_s is not None:
         out["arrival_dispersion"] = tr.arrival_dispersion
+        states = tr.rate_states()
+        if states is not None:
+            out["arrival_states"] = states
     reuse = tr.prefix_reuse()
     if reuse is not None:
         out["prefix_share_fraction"], ws = reuse
