@@ -239,11 +239,11 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> EngineResult:
-    """Poisson arrivals into one instance at mean occupancy B (Server/Interactive), costed by
-    ``step_cost``: decode iterations at the padded per-rank batch, the prefill increment of a
-    context iteration at the number of prompts it admits and the busiest rank's share. Arrivals
-    switching slowly between rates (``stats.rate_states``) mix the engine at each state's
-    occupancy B·rate factor (``serving.mix_rate_states``); a limit broken in any state is broken."""
+    """Renewal arrivals (Poisson unless ``stats.arrival_scv`` ≠ 1) into one instance at mean
+    occupancy B (Server/Interactive), costed by ``step_cost``: decode iterations at the padded
+    per-rank batch, the prefill increment of a context iteration at the number of prompts it admits
+    and the busiest rank's share. Arrivals switching slowly between rates (``stats.rate_states``)
+    go through ``rate_states_mix``."""
     if stats.rate_states is None:
         return _server(plan, layout, batch, stats, percentile, workers)
     one = replace(stats, rate_states=None, arrival_scv=1.0)  # Poisson within a state
