@@ -138,3 +138,11 @@ def test_plan_takes_its_load_from_a_timestamped_trace(runner, tmp_path):
     bare = _write(tmp_path, "isl,osl\n100,10\n")
     r = runner.invoke(app, ["plan", "-H", "h200-sxm", "-m", "llama3.1-8b", "-s", "chat-1k-1k", "--trace", str(bare)])
     assert r.exit_code == 2 and "arrival_s" in r.output
+
+
+def test_arrival_states_must_be_a_distribution_averaging_to_the_mean_rate():
+    ok = WorkloadSpec(isl=LengthSpec(mean=1), osl=LengthSpec(mean=1), arrival_states=[(0.5, 0.8), (3.0, 0.2)])
+    assert WorkloadStats.from_workload(ok).rate_states == ((0.5, 0.8), (3.0, 0.2))
+    for bad in ([(0.5, 0.7), (3.0, 0.2)], [(1.0, 0.8), (3.0, 0.2)], [(1.0, 1.0)]):
+        with pytest.raises(ValueError):
+            WorkloadSpec(isl=LengthSpec(mean=1), osl=LengthSpec(mean=1), arrival_states=bad)
