@@ -27,10 +27,17 @@ def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest) -> Plan
                         attention_dp=any(d > 1 for d in fixed["dp"] or ()))
     preset = software.preset
     return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw), search=space,
-                serving=Serving(prefix_share=sc.workload.prefix_share_fraction),
+                serving=_serving(sc.workload),
                 kernel_efficiency=preset.kernel_efficiency, moe_kernel_efficiency=preset.moe_kernel_efficiency,
                 host_overhead_scale=preset.host_overhead_scale,
                 engine=preset.engine_for(inputs.model_id, getattr(sc, "kind", "offline")))
+
+
+def _serving(workload) -> Serving:
+    """Serving knobs the workload sets: its shareable prefix and, where known, the working set."""
+    ws = workload.prefix_working_set_tokens
+    extra = {} if ws is None else {"prefix_working_set_tokens": ws}
+    return Serving(prefix_share=workload.prefix_share_fraction, **extra)
 
 
 def context(inputs: Inputs) -> opt.Context:
@@ -49,12 +56,13 @@ def selection(query: Query) -> opt.Selection:
                       enable=sw.enable, disable=sw.disable, params=sw.params)
 
 
-def evaluate(query: Query) -> list[Result]:
-    """Every optimization variant of ``query`` evaluated over its [layout, batch] grid."""
+def evaluate(query: Query, *, fit_only: bool = False) -> list[Result]:
+    """Every optimization variant of ``query`` evaluated over its [layout, batch] grid
+    (``fit_only``: see ``search.evaluate``)."""
     base = base_plan(query.inputs, query.software, query.layout)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
     return [search.evaluate(opt.apply_all(base, transforms), query.inputs.scenario, query.accelerators, stats,
-                            price_per_hour=query.price)
+                            price_per_hour=query.price, fit_only=fit_only)
             for transforms in selection(query).variants()]
 
 

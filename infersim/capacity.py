@@ -70,7 +70,7 @@ def _capacity(query_at: Callable[[int], Query], n: int, cache: dict[int, api.Pre
 
 def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, round: str | None = None,
              price_per_hour: float | None = None, max_accelerators: int = 100_000,
-             enable=(), disable=()) -> Candidate:
+             enable=(), disable=(), trace=None) -> Candidate:
     """Fewest accelerators of ``hardware`` whose predicted capacity meets the target.
 
     Notes
@@ -79,7 +79,7 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
     always leave some idle), so an exponential search finds a count that meets the target and a
     bisection the smallest one; each probe is a full prediction.
     """
-    inputs = load_inputs(hardware, model, scenario)
+    inputs = load_inputs(hardware, model, scenario, trace=trace)
     software = Software.for_round(round, enable=enable, disable=disable)
     price = inputs.hardware.price.usd_per_hour if price_per_hour is None else price_per_hour
     query_at = lambda n: Query(inputs, n, software, price_per_hour=price)  # noqa: E731
@@ -111,17 +111,28 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
 def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | None = None,
          target_requests_per_s: float | None = None, round: str | None = None,
          price_per_hour: float | None = None, max_accelerators: int = 100_000, enable=(), disable=(),
-         progress: Callable[[str], None] | None = None) -> list[Candidate]:
+         progress: Callable[[str], None] | None = None, trace=None) -> list[Candidate]:
     """Plan every candidate hardware; cheapest first (infeasible ones last).
 
     Parameters
     ----------
     target_tokens_per_s : output tokens/s the fleet must serve; or
     target_requests_per_s : requests/s (converted with the scenario's mean output length).
+    trace : request trace replacing the scenario's traffic (lengths, arrival dispersion, shared
+        prefixes; ``specs.traffic``); without a target, its measured arrival rate (``arrival_s``
+        column) is the requests/s to serve.
     price_per_hour : US$ per accelerator-hour for every candidate (default: each profile's).
     """
+    if trace is not None and target_tokens_per_s is None and target_requests_per_s is None:
+        from .specs.traffic import read_trace
+
+        target_requests_per_s = read_trace(trace).arrival_rate_per_s
+        if target_requests_per_s is None:
+            raise SpecError("the trace has no arrival_s column to take the load from: give --target-tokens-per-s or "
+                            "--target-requests-per-s", file=str(trace))
     if (target_tokens_per_s is None) == (target_requests_per_s is None):
-        raise SpecError("give exactly one target: --target-tokens-per-s or --target-requests-per-s")
+        raise SpecError("give exactly one target: --target-tokens-per-s or --target-requests-per-s"
+                        + (" (or a --trace with arrival_s)" if trace is None else ""))
     target = target_tokens_per_s if target_tokens_per_s is not None else target_requests_per_s
     if not (math.isfinite(target) and target > 0):
         raise SpecError(f"the target must be a finite number > 0 (got {target})")
@@ -135,12 +146,12 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
             progress(hw)
         tokens = target
         if target_requests_per_s is not None:
-            inputs = load_inputs(hw, model, scenario)
+            inputs = load_inputs(hw, model, scenario, trace=trace)
             from .serving import WorkloadStats
 
             tokens = target * WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean
         out.append(plan_one(hw, model, scenario, tokens, round=round, price_per_hour=price_per_hour,
-                            max_accelerators=max_accelerators, enable=enable, disable=disable))
+                            max_accelerators=max_accelerators, enable=enable, disable=disable, trace=trace))
     out.sort(key=lambda c: (not c.feasible, c.to_dict().get("usd_per_month", math.inf)))
     return out
 

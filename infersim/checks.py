@@ -12,6 +12,7 @@ import numbers
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
@@ -36,6 +37,18 @@ def check_count(flag: str, value: Any, lo: int, hi: int, unit: str = "") -> None
     """``value`` must be a whole number in [lo, hi]."""
     if not _is_integral(value) or not lo <= value <= hi:
         raise SpecError(f"{flag} must be a whole number in [{lo}, {hi:,}]{unit} (got {value!r})")
+
+
+def _all_counts(values: tuple, lo: int, hi: int) -> bool:
+    """Every value a whole number in [lo, hi] (``check_count``'s test for a long axis at once:
+    plain ints and floats only, anything else goes to the per-value check)."""
+    if not values or not set(map(type, values)) <= {int, float}:
+        return not values
+    try:
+        a = np.asarray(values, dtype=float)
+    except OverflowError:
+        return False
+    return bool(np.all(np.isfinite(a) & (a == np.floor(a)) & (a >= lo) & (a <= hi)))
 
 
 def check_price(flag: str, value: Any) -> None:
@@ -114,8 +127,10 @@ def check_request(inputs, accelerators=None, *, tp=None, ep=None, dp=None, pp=No
     wide = [v for v in _values(ep) if v > 1]
     if wide and not inputs.model.is_moe:
         raise SpecError(f"--ep applies only to mixture-of-experts models; '{inputs.model_id}' is dense (got --ep {wide[0]})")
-    for v in _values(batch):
-        check_count("--batch", v, 1, MAX_BATCH, " sequences per instance")
+    values = _values(batch)
+    if not _all_counts(values, 1, MAX_BATCH):  # the per-value check only to name the bad value
+        for v in values:
+            check_count("--batch", v, 1, MAX_BATCH, " sequences per instance")
     if price_per_hour is not None:
         check_price("--price-per-hour", price_per_hour)
     check_context(inputs.model, inputs.model_id, inputs.scenario.workload)

@@ -126,6 +126,9 @@ def plan_cmd(
     scenario: str = typer.Option(..., "--scenario", "-s", help="Scenario ID or file (traffic and latency limits)."),
     target_tokens: Optional[float] = typer.Option(None, "--target-tokens-per-s", help="Output tokens/s to serve."),
     target_requests: Optional[float] = typer.Option(None, "--target-requests-per-s", help="Requests/s to serve."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Request trace CSV replacing the scenario's traffic "
+                                         "(isl, osl[, arrival_s, prefix_id, prefix_tokens]); without a target its "
+                                         "arrival rate is the load."),
     round_: Optional[str] = typer.Option(None, "--round", help="Round preset (default: latest)."),
     price: Optional[float] = typer.Option(None, "--price-per-hour", help="US$ per accelerator-hour for every candidate."),
     max_accelerators: int = typer.Option(100_000, "--max-accelerators", help="Largest fleet considered per candidate."),
@@ -143,7 +146,7 @@ def plan_cmd(
     candidates = capacity.plan(_list(hardware, str, "--hardware"), model, scenario, target_tokens_per_s=target_tokens,
                                target_requests_per_s=target_requests, round=round_, price_per_hour=price,
                                max_accelerators=max_accelerators, enable=enable or (), disable=disable or (),
-                               progress=lambda hw: typer.echo(f"planning {hw} …", err=True))
+                               progress=lambda hw: typer.echo(f"planning {hw} …", err=True), trace=trace)
     rows = [c.to_dict() for c in candidates]
     if plot is not None:
         capacity.plot(candidates, plot, f"{model or scenario} · {scenario}")

@@ -6,7 +6,8 @@ waiting at the cycle's start (gated admission: a request arriving during a cycle
 next). A request's first token arrives at the end of its prefill cycle; it then stays for
 m = ceil((OSL − 1)/L) decode cycles (L output tokens per sequence per cycle) and completes at the
 end of the last one. When nothing is running and nothing waits, the engine idles and starts a
-cycle at the next arrival. Arrivals are Poisson. The decode step time does not depend on the
+cycle at the next arrival. Arrivals are a renewal process: Poisson, or gamma-distributed gaps of a
+given squared coefficient of variation (``arrival_gaps``). The decode step time does not depend on the
 number of running sequences (the analytical model evaluates it at the mean occupancy B), so the
 cycle process is independent of the occupancy except through idling.
 
@@ -163,6 +164,17 @@ class DesResult:
     trace: Trace | None = None
 
 
+def arrival_gaps(rng, rate: float, n: int, scv: float = 1.0) -> np.ndarray:
+    """``n`` inter-arrival gaps of a renewal process at ``rate`` with squared coefficient of
+    variation ``scv``: gamma of shape 1/scv (exponential, i.e. Poisson arrivals, at scv = 1;
+    evenly spaced at scv = 0)."""
+    if scv <= 0:
+        return np.full(n, 1.0 / rate)
+    if scv == 1.0:
+        return rng.exponential(1.0 / rate, n)
+    return rng.gamma(1.0 / scv, scv / rate, n)
+
+
 def decode_cycles(osl, L: float = 1.0):
     """m = ceil((OSL − 1)/L) decode cycles after the first token (0 for OSL ≤ 1)."""
     return np.maximum(np.ceil((np.asarray(osl, dtype=float) - 1.0) / L - 1e-9), 0).astype(np.int64)
@@ -177,8 +189,9 @@ def service_support(isl_points, isl_probs, s_mean: float):
 
 def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0, *, n_requests: int = 20000,
              percentile: float = 99.0, seed: int = 0, warmup_s: float | None = None, cooldown_s: float | None = None,
-             keep_trace: bool = False) -> DesResult:
-    """Simulate Poisson arrivals at ``rate`` into the engine and measure the steady state.
+             keep_trace: bool = False, arrival_scv: float = 1.0) -> DesResult:
+    """Simulate renewal arrivals at ``rate`` (Poisson by default; gamma gaps of squared coefficient
+    of variation ``arrival_scv`` otherwise) into the engine and measure the steady state.
 
     ``service`` and ``osl`` are (points, probabilities) of the prefill service time (s) and of the
     output length (tokens), drawn independently per request. About ``n_requests`` requests arrive
@@ -200,7 +213,7 @@ def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0
     horizon = warmup_s + window + cooldown_s
     rng = np.random.default_rng(seed)
     expect = rate * horizon
-    gaps = rng.exponential(1.0 / rate, int(expect + 6 * np.sqrt(expect) + 16))
+    gaps = arrival_gaps(rng, rate, int(expect + 6 * np.sqrt(expect * max(arrival_scv, 1.0)) + 16), arrival_scv)
     arrivals = np.cumsum(gaps)
     arrivals = arrivals[arrivals < horizon]
     n = len(arrivals)
@@ -288,8 +301,9 @@ class EngineDes:
 
 def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl: tuple, osl: tuple, L: float = 1.0, *,
                     n_requests: int = 20000, percentile: float = 99.0, seed: int = 0, dq: float = 1.0,
-                    warmup_frac: float = 0.15) -> EngineDes:
-    """Simulate Poisson arrivals at ``rate`` into an engine of ``d`` attention ranks.
+                    warmup_frac: float = 0.15, arrival_scv: float = 1.0) -> EngineDes:
+    """Simulate renewal arrivals at ``rate`` (Poisson by default; gamma gaps of squared coefficient
+    of variation ``arrival_scv`` otherwise) into an engine of ``d`` attention ranks.
 
     Each arrival joins a rank chosen uniformly at random and waits there (FCFS). Every iteration
     starts with the admission decision: with the gate on (d > 1, ``engine.gate_timeout_iters`` > 0)
@@ -315,7 +329,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     xo, po = (np.asarray(a, dtype=float) for a in osl)
     horizon = n_requests / rate
     total = int(n_requests * (1.0 + warmup_frac) * 1.25) + 64
-    arr = np.cumsum(rng.exponential(1.0 / rate, total))
+    arr = np.cumsum(arrival_gaps(rng, rate, total, arrival_scv))
     arr = arr[arr < horizon * (1.0 + warmup_frac) * 1.2]
     n = len(arr)
     plen = xi[rng.choice(len(xi), n, p=pi / pi.sum())]

@@ -52,10 +52,15 @@ def kv_transfer_time(plan: Plan, isl, prefill_size, accelerators: int, inside: b
     return total / (prefill_size * bw * hw.efficiency.comm_fraction) + latency
 
 
-def _waits(rho, s_mean, s_sq, percentile: float):
-    """(mean, p-quantile) queue wait of an M/G/1 queue at utilization ρ (Pollaczek-Khinchine mean;
-    exponential tail P(W > w) ≈ ρ·exp(−ρ·w/E[W]) for the quantile)."""
+def _waits(rho, s_mean, s_sq, percentile: float, arrival_scv: float = 1.0):
+    """(mean, p-quantile) queue wait of a G/G/1 queue at utilization ρ: the Pollaczek-Khinchine
+    mean of M/G/1, ρ·E[S]·(1 + c_s²)/(2(1 − ρ)), with 1 + c_s² replaced by c_a² + c_s² for renewal
+    arrivals of squared coefficient of variation c_a² (the Allen-Cunneen approximation; exact for
+    c_a² = 1); exponential tail P(W > w) ≈ ρ·exp(−ρ·w/E[W]) for the quantile."""
     w_mean = rho * s_sq / (2 * s_mean * (1 - rho))
+    if arrival_scv != 1.0:
+        cs2 = np.maximum(s_sq / np.maximum(s_mean * s_mean, 1e-300) - 1.0, 0.0)
+        w_mean = w_mean * (arrival_scv + cs2) / (1.0 + cs2)
     tail = 1.0 - percentile / 100.0
     w_p = np.where(rho > tail, w_mean / np.maximum(rho, 1e-30) * np.log(np.maximum(rho / tail, 1.0)), 0.0)
     return w_mean, w_p
@@ -108,7 +113,7 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
         if not np.any(beaten):
             keep.append(i)
     k = np.array(keep, dtype=int)
-    _, wait_p = _waits(RHO_GRID[None, :], s_mean[k, None], s_sq[k, None], percentile)
+    _, wait_p = _waits(RHO_GRID[None, :], s_mean[k, None], s_sq[k, None], percentile, stats.arrival_scv)
     return PrefillPool({name: v[k] for name, v in layouts.items()}, size[k], mu[k], s_mean[k], s_sq[k], t_alone[k],
                        t_fixed[k], kv[k], np.maximum.accumulate(wait_p, axis=1))
 
@@ -234,7 +239,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     # the queue at the chosen split: served rate V over P workers of rate μ
     mu = choice.take("mu")
     rho = np.where(ok, value / np.maximum(pw * mu, 1e-30), 0.5)
-    w_mean, w_p = _waits(rho, choice.take("s_mean"), choice.take("s_sq"), slo.percentile)
+    w_mean, w_p = _waits(rho, choice.take("s_mean"), choice.take("s_sq"), slo.percentile, stats.arrival_scv)
     ttft_p99 = np.where(ok, w_p + choice.take("t_fixed_p") + t_d, np.inf)
     ttft_mean = np.where(ok, w_mean + choice.take("t_alone") + choice.take("kv") + t_d, np.inf)
     tpot = t_d / L

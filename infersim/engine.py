@@ -117,8 +117,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                                           ce, getattr(eff, op.memory_efficiency))
             t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
-            tc_sum = tc_sum + op.count * np.where(tc >= tm, t1, 0.0)
-            tm_sum = tm_sum + op.count * np.where(tc >= tm, 0.0, t1)
+            compute_bound = tc >= tm
+            tc_sum = tc_sum + np.where(compute_bound, t, 0.0)  # count·where(c, t1, 0) = where(c, count·t1, 0)
+            tm_sum = tm_sum + np.where(compute_bound, 0.0, t)
             # an op with no work (e.g. prefill attention in a decode-only step) is not launched
             n_kernels = n_kernels + op.count * ((np.asarray(op.flops) > 0) | (np.asarray(op.bytes) > 0))
         if detail:
@@ -126,7 +127,7 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
             if op.kind == OpKind.COMM:
                 bound = "communication"
             else:
-                bound = "compute" if float(np.mean(tc >= tm)) >= 0.5 else "memory"
+                bound = "compute" if float(np.mean(compute_bound)) >= 0.5 else "memory"
             op_info[op.name] = (op.kind.value, bound)
     return _Priced(by_kind, tc_sum, tm_sum, n_kernels, by_op, op_info)
 

@@ -69,6 +69,16 @@ def contract_metrics(system_tokens_per_s, res: ServingResult, accelerators: int,
             "usd_per_million_tokens": b(usd_out), "usd_per_million_input_tokens": b(usd_in)}
 
 
+@dataclass(frozen=True)
+class Unfit:
+    """The full batch axis of a ``fit_only`` evaluation: which of its values were evaluated
+    (``columns``, ascending) and, per [layout, batch] point, the cheap checks' reason code."""
+
+    batch: np.ndarray
+    columns: np.ndarray
+    reason: np.ndarray
+
+
 @dataclass
 class Result:
     """One plan evaluated over the grid [layout, batch] (all arrays of shape [n_layout, n_batch]).
@@ -108,6 +118,8 @@ class Result:
     max_batch: np.ndarray
     mode: str
     pools: dict[str, Any] = field(default_factory=dict)
+    unfit: "Unfit | None" = None
+    """Set by ``search.evaluate(fit_only=True)``: the whole batch axis the grid was cut from."""
 
     # ---- views ------------------------------------------------------------------------------
     @property

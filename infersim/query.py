@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .checks import check_request
 from .errors import SpecError
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
@@ -50,10 +52,9 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
         raise SpecError(f"'{md_id}' / '{sc_id}' is a non-LLM (text-to-video or recommendation) workload: "
                         "only `infersim run` and `infersim validate` support it")
     if trace is not None:
-        from .specs.scenario import load_trace
+        from .specs.scenario import apply_trace
 
-        t_isl, t_osl = load_trace(Path(trace))
-        sc = sc.model_copy(update={"workload": sc.workload.model_copy(update={"isl": t_isl, "osl": t_osl})})
+        sc = sc.model_copy(update={"workload": apply_trace(sc.workload, Path(trace))})
     if isl is not None or osl is not None:
         wl = sc.workload
         for flag, value in (("isl", isl), ("osl", osl)):
@@ -98,7 +99,12 @@ class LayoutRequest:
             for v in axis_values(getattr(self, name)) or ():
                 if not 1 <= v <= accelerators:
                     raise SpecError(f"--{name} must be in [1, accelerators={accelerators}] (got {v})")
-        for b in axis_values(self.batch) or ():
+        values = axis_values(self.batch) or ()
+        if len(values) > 1 and set(map(type, values)) <= {int, float}:
+            a = np.asarray(values, dtype=float)
+            if bool(np.all((a >= 1) & (a <= 1e6))):
+                return  # a long batch axis checked at once; the loop below names a bad value
+        for b in values:
             if not 1 <= b <= 1e6:
                 raise SpecError(f"--batch must be in [1, 1e6] sequences (got {b})")
 

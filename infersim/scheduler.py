@@ -45,7 +45,8 @@ from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan
-from .serving import ServingResult, WorkloadStats, _prefill, _two_gamma_quantile, gamma_cdf, mixture_z, prefix_hit
+from .serving import (ServingResult, WorkloadStats, _prefill, _two_gamma_quantiles, gamma_cdf, mix_rate_states,
+                      mixture_z, palm_excess, prefix_hit)
 from statistics import NormalDist
 
 FFT_MAX_COUNT = 48.0
@@ -238,9 +239,50 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> EngineResult:
-    """Poisson arrivals into one instance at mean occupancy B (Server/Interactive), costed by
-    ``step_cost``: decode iterations at the padded per-rank batch, the prefill increment of a
-    context iteration at the number of prompts it admits and the busiest rank's share."""
+    """Renewal arrivals (Poisson unless ``stats.arrival_scv`` ≠ 1) into one instance at mean
+    occupancy B (Server/Interactive), costed by ``step_cost``: decode iterations at the padded
+    per-rank batch, the prefill increment of a context iteration at the number of prompts it admits
+    and the busiest rank's share. Arrivals switching slowly between rates (``stats.rate_states``)
+    go through ``rate_states_mix``."""
+    if stats.rate_states is None:
+        return _server(plan, layout, batch, stats, percentile, workers)
+    one = replace(stats, rate_states=None, arrival_scv=1.0)  # Poisson within a state
+    return rate_states_mix(lambda b: _server(plan, layout, b, one, percentile, workers), batch, stats.rate_states,
+                           percentile / 100.0)
+
+
+RATE_MATCH_ITERS = 4
+"""Fixed-point steps that set each rate state's occupancy to carry its share of the arrivals."""
+
+
+def rate_states_mix(run, batch, rate_states, q: float) -> EngineResult:
+    """Arrivals switching slowly between rates, quasi-static: ``run(B)`` (the engine at occupancy B,
+    one state) at the mean occupancy gives the mean rate λ̄ = λ(B); each state i runs at the
+    occupancy B_i carrying its rate f_i·λ̄ (fixed-point steps B_i ← B_i·f_i·λ̄/λ(B_i) from B·f_i:
+    a busy state's requests stay longer, so B_i grows faster than f_i), and the states mix by
+    ``serving.mix_rate_states``; a limit broken in any state is broken."""
+    batch = np.asarray(batch, dtype=float)
+    base = run(batch)
+    lam, tokens = base.rate, base.tokens_per_s
+    states = []
+    for f, _ in rate_states:
+        b = batch * f
+        for _ in range(RATE_MATCH_ITERS):
+            r = run(b)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = np.clip(f * lam / r.rate, 0.25, 4.0)
+            b = np.where(np.isfinite(step) & (r.prefill_share < 1), b * step, b)
+        states.append(run(b))
+    res = mix_rate_states(base, states, [w for _, w in rate_states], q)
+    res.rate, res.tokens_per_s = lam, tokens  # the states carry f_i·λ̄: the time average is λ̄
+    for r in states:  # the first broken limit of any state
+        res.reason = np.where(res.ok & ~r.ok, r.reason, res.reason)
+        res.ok = res.ok & r.ok
+    return res
+
+
+def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
+            workers=1.0) -> EngineResult:
     dq = 1.0 + plan.serving.draft_depth
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -293,6 +335,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d)
     s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
+    # renewal arrivals (c_a² ≠ 1): a rank's count per period has variance (1 + (c_a² − 1)/d) × its
+    # mean (thinning by 1/d), the busiest rank's tokens that much more
+    big_var_a = big_var + (stats.arrival_scv - 1.0) * n / (d * d) * (stats.isl_mean * prompt_scale) ** 2 \
+        if stats.arrival_scv != 1.0 else big_var
     # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
     s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
     chunk_wait = 0.0
@@ -305,7 +351,9 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         u = per_iter * stats.isl_mean * prompt_scale / free
         per_prompt = stats.isl_mean * prompt_scale / free
         chunk_wait = np.where(u < 1, per_prompt * (np.maximum(per_prompt - 1.0, 0.0) + u / (2.0 * np.maximum(1.0 - u, 1e-9))), np.inf)
-    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats, q, None, g3)
+    # stall of one more prompt on the busiest rank (the requests that come with a tagged one)
+    s_extra = np.where(d > 1, s_tok * stats.isl_mean * prompt_scale / d, s_mean)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra)
     if engine.chunked_prefill and engine.max_num_tokens is not None:
         extra = chunk_wait * res.iteration_s
         res.ttft_mean, res.ttft_p99, res.ttft_p50 = res.ttft_mean + extra, res.ttft_p99 + extra, res.ttft_p50 + extra
@@ -316,16 +364,20 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     return res
 
 
-def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0) -> EngineResult:
+def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
+             s_extra=None) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
+    ca2 = stats.arrival_scv
     rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
     rho = rate * s_mean
     c_mean = eg * t_d / (1.0 - rho)
+    # renewal arrivals: count variance c_a² × mean (serving.queue_metrics); d > 1 via big_var
+    s_sq_count = s_sq if ca2 == 1.0 else s_sq + (ca2 - 1.0) * s_mean * s_mean
     if one:
-        vx = rate * c_mean * s_sq
+        vx = rate * c_mean * s_sq_count
     else:
-        vx = np.where(d > 1, s_tok * s_tok * big_var, rate * c_mean * s_sq)
+        vx = np.where(d > 1, s_tok * s_tok * big_var, rate * c_mean * s_sq_count)
     c_var = (t_d * t_d * vg + vx) / (1.0 - rho * rho)
     c_sq = c_var + c_mean**2
     k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
@@ -349,10 +401,14 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     else:
         x_next_var = np.where(d > 1, s_tok * s_tok * big_var * c_star / c_mean + s_var / d, s_var + rate * s_sq * c_star)
     b_var = c_cube / c_mean / 12.0 + x_next_var + (0.5 + rho) ** 2 * c_star_var
+    if ca2 != 1.0:  # the requests that arrive together with a tagged one (serving.palm_excess)
+        e_n, v_n = palm_excess(ca2, rate * c_star)
+        s_extra = s_mean if s_extra is None else s_extra
+        b_mean = b_mean + e_n * s_extra
+        b_var = b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean)
     i_mean = t_d + s_mean
     ttft_mean = busy * b_mean + idle * i_mean
-    ttft_p = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, q)
-    ttft_p50 = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, 0.5)
+    ttft_p, ttft_p50 = _two_gamma_quantiles(busy, b_mean, b_var, idle, i_mean, s_var, (q, 0.5))
     it_mean = c_mean / eg
     tpot_mean = it_mean / L
     # variance per iteration of a long run: the stalls' variance and the count of context iterations

@@ -8,11 +8,13 @@ axis), batch is a geometric axis. Everything is evaluated as arrays; infeasible 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from . import grid, parallel, scheduler, serving
 from .errors import Reason, require
-from .grid import Result
+from .grid import Result, Unfit
 from .plan import Plan
 from .serving import WorkloadStats
 
@@ -39,11 +41,16 @@ def _and(ok, reason, ok2, reason2):
 
 
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | None = None,
-             batch_axis: np.ndarray | None = None, *, price_per_hour: float | None = None) -> Result:
+             batch_axis: np.ndarray | None = None, *, price_per_hour: float | None = None,
+             fit_only: bool = False) -> Result:
     """Evaluate the whole search space of ``plan`` for ``scenario`` on ``accelerators``.
 
     Returns a ``Result`` over [layout, batch] with every contract metric, masks and reasons.
     ``price_per_hour`` (US$ per accelerator-hour) defaults to the hardware profile's price.
+    ``fit_only``: the serving model runs only on the batch values at which some layout passes
+    the cheap checks (weights and KV cache fit, batch caps); the Result's batch axis is those
+    values and ``Result.unfit`` keeps the whole axis with the cheap checks' reasons. Every point
+    of the returned axis is exactly what the full evaluation gives (elementwise arrays).
     """
     stats = stats or WorkloadStats.from_workload(scenario.workload, plan.model)
     price = plan.hardware.price.usd_per_hour if price_per_hour is None else price_per_hour
@@ -66,6 +73,14 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     if plan.engine.max_batch_size is not None:  # sequences per attention rank (per instance without ADP)
         ok, reason = require(ok, reason, batch / layout.dp <= plan.engine.max_batch_size, Reason.BATCH_LIMIT)
     ok_capacity = ok.copy()
+    if fit_only:
+        cols = np.flatnonzero(ok.any(axis=0))
+        if cols.size < ok.shape[1]:
+            cols = cols if cols.size else np.array([0])  # nothing fits: one column keeps the shapes valid
+            sub = replace(plan, search=replace(plan.search, batch=tuple(float(b) for b in batch[0, cols])))
+            res = evaluate(sub, scenario, accelerators, stats, price_per_hour=price_per_hour)
+            res.unfit = Unfit(batch=batch[0], columns=cols, reason=reason)
+            return res
     kind = getattr(scenario, "kind", "offline")
     workers = parallel.replicas(layout, accelerators)
     pools: dict = {}

@@ -11,6 +11,7 @@ arrival rate that sustains occupancy B (Little's law), p99 TTFT and p99 per-requ
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import math
@@ -41,12 +42,22 @@ class WorkloadStats:
     isl_probs: np.ndarray | None = None
     isl_max: float | None = None
     """Longest prompt (tokens): the spec's ``max`` where given, else the support's largest point."""
+    arrival_scv: float = 1.0
+    """c_a² of the inter-arrival times (1: Poisson); the index of dispersion of arrival counts."""
+    isl_osl_mean: float | None = None
+    """E[ISL·OSL] of paired lengths, tokens² (None: ISL and OSL independent)."""
+    rate_states: tuple[tuple[float, float], ...] | None = None
+    """Slowly switching arrival rates: (rate / mean rate, share of time) per state (None: one)."""
 
     @property
     def context_mean(self) -> float:
-        """Mean context of a sequence in flight: ISL + E[OSL²]/(2·E[OSL]) (length-biased
-        progress of the running sequences)."""
-        return self.isl_mean + self.osl_sq / (2.0 * self.osl_mean)
+        """Mean context of a sequence in flight: E[ISL·OSL]/E[OSL] + E[OSL²]/(2·E[OSL]).
+
+        A request stays in flight for a time ∝ its OSL, so the running sequences are
+        OSL-length-biased: their prompts average E[ISL·OSL]/E[OSL] (E[ISL] when the lengths are
+        independent) and their progress E[OSL²]/(2·E[OSL])."""
+        prompt = self.isl_mean if self.isl_osl_mean is None else self.isl_osl_mean / self.osl_mean
+        return prompt + self.osl_sq / (2.0 * self.osl_mean)
 
     @classmethod
     def from_workload(cls, workload, model=None) -> "WorkloadStats":
@@ -60,15 +71,22 @@ class WorkloadStats:
             patches = workload.images_per_request * workload.image_pixels / VISION_PATCH_PIXELS
             xi = xi + image_tokens
         xo, po = workload.osl.support
+        osl_mean = float(np.sum(po * xo))
+        paired = getattr(workload, "isl_osl_mean", None)
+        # images add the same tokens to every prompt: E[(ISL + I)·OSL] = E[ISL·OSL] + I·E[OSL]
+        paired = None if paired is None else paired + image_tokens * osl_mean
         # compress the output-length distribution to 16 quantile points for tail sums
         c = np.cumsum(po)
         u = (np.arange(16) + 0.5) / 16
         pts = xo[np.minimum(np.searchsorted(c, u), len(xo) - 1)]
         return cls(isl_mean=float(np.sum(pi * xi)), isl_sq=float(np.sum(pi * xi * xi)),
-                   osl_mean=float(np.sum(po * xo)), osl_sq=float(np.sum(po * xo * xo)),
+                   osl_mean=osl_mean, osl_sq=float(np.sum(po * xo * xo)),
                    osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99),
                    vision_patches=patches, isl_points=np.asarray(xi, dtype=float), isl_probs=np.asarray(pi, dtype=float),
-                   isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)))
+                   isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)),
+                   arrival_scv=float(getattr(workload, "arrival_dispersion", 1.0)), isl_osl_mean=paired,
+                   rate_states=None if getattr(workload, "arrival_states", None) is None
+                   else tuple((float(f), float(w)) for f, w in workload.arrival_states))
 
 
 @dataclass
@@ -162,8 +180,16 @@ _erfc = np.vectorize(math.erfc, otypes=[float])
 
 
 def mixture_z(weights, probs, q: float, iters: int = 60) -> float:
-    """z solving Σ p_j·Q(z·w_j) = 1 − q: the q-quantile of Σ p_j N(0, 1/w_j²) (scalar bisection)."""
-    weights = np.asarray(weights, dtype=float)
+    """z solving Σ p_j·Q(z·w_j) = 1 − q: the q-quantile of Σ p_j N(0, 1/w_j²) (scalar bisection;
+    memoized on the values, which are a handful per workload)."""
+    w, p = np.asarray(weights, dtype=float), np.asarray(probs, dtype=float)
+    return _mixture_z(tuple(w.ravel().tolist()), w.shape, tuple(p.ravel().tolist()), p.shape, float(q), iters)
+
+
+@lru_cache(maxsize=256)
+def _mixture_z(w: tuple, w_shape: tuple, p: tuple, p_shape: tuple, q: float, iters: int) -> float:
+    weights = np.asarray(w, dtype=float).reshape(w_shape)
+    probs = np.asarray(p, dtype=float).reshape(p_shape)
     lo, hi = 0.0, 10.0 / max(float(np.min(weights)), 1e-12)
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
@@ -207,10 +233,19 @@ def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
     rtsafe rule) refine it. Where the second weight is below 1e-9 the first component's
     quantile is already the root to that probability, and no iteration is spent.
     """
+    return _two_gamma_quantiles(w1, m1, v1, w2, m2, v2, (q,), iters)[0]
+
+
+def _two_gamma_quantiles(w1, m1, v1, w2, m2, v2, qs, iters: int = 20) -> list:
+    """``_two_gamma_quantile`` at each of ``qs``, the Wilson-Hilferty terms computed once."""
     a1, b1 = _wilson_hilferty(m1, v1)
     a2, b2 = _wilson_hilferty(m2, v2)
+    arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
+    return [_solve_two_gamma(*arrays, q, iters) for q in qs]
+
+
+def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
     z_q = NormalDist().inv_cdf(q)
-    w1, w2, a1, b1, a2, b2 = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
     u1, u2 = np.maximum((z_q - b1) / a1, 0.0), np.maximum((z_q - b2) / a2, 0.0)
     out = u1.copy()
     mixed = w2 > 1e-9
@@ -238,7 +273,8 @@ def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> ServingResult:
-    """Poisson arrivals into an aggregated continuous-batching instance at mean occupancy B.
+    """Renewal (by default Poisson) arrivals into an aggregated continuous-batching instance at
+    mean occupancy B.
 
     Notes
     -----
@@ -251,6 +287,7 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     request's prefill; its p-quantile from a gamma fit of the mean and variance.
     TPOT of a request = mean of its OSL/L cycles / L; variance Var C/n·(1+ρ)/(1−ρ) (AR(1)
     correlation of successive cycles); p-quantile over the output-length mix by bisection.
+    Bursty or smooth arrivals (``stats.arrival_scv`` ≠ 1) enter through ``queue_metrics``.
     Validated against a discrete-event simulation of the same server in tests/test_queueing.py.
     """
     q = percentile / 100.0
@@ -274,12 +311,66 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     return res
 
 
+PALM_AXIS = np.geomspace(1e-3, 60.0, 100)
+"""Expected arrivals per cycle x = λ·E[C*] at which the renewal corrections are tabulated."""
+
+
+@lru_cache(maxsize=16)
+def _palm_table(scv: float) -> tuple[np.ndarray, np.ndarray]:
+    """(mean excess, variance excess) over x of the other arrivals in a window of x mean gaps
+    holding a tagged arrival at a uniform position, for gamma-renewal arrivals with c_a² = scv.
+
+    Notes
+    -----
+    Seen from an arrival, a renewal process starts afresh on both sides, and the two sides are
+    independent. After an arrival the count N(t) has P(N(t) ≥ n) = F_n(t), the n-fold gamma
+    convolution (shape n/c_a², in units of the mean gap), so E[N] = Σ F_n and
+    E[N²] = Σ (2n − 1) F_n. With the tagged arrival at U·x, others = N_back(U·x) + N_fwd((1 − U)·x);
+    its mean and variance over U minus x (the Poisson value of both) are the excesses. Bursty
+    arrivals (c_a² > 1) cluster around the tagged one: both are positive, tending to c_a² − 1 and
+    (c_a² − 1)·x-like for long windows; smooth ones (c_a² < 1) give negative excesses.
+    """
+    from scipy.special import gammainc
+
+    k = 1.0 / max(scv, 0.02)  # evenly spaced arrivals (c_a² → 0) are tabulated at c_a² = 0.02
+    u = (np.arange(48) + 0.5) / 48
+    n = np.arange(1, 400)[:, None]
+    t = (PALM_AXIS[:, None] * u[None, :]).ravel()
+    F = gammainc(n * k, k * t[None, :])
+    h = F.sum(axis=0).reshape(len(PALM_AXIS), len(u))
+    m2 = ((2 * n - 1) * F).sum(axis=0).reshape(h.shape)
+    hb, m2b = h[:, ::-1], m2[:, ::-1]
+    mean = (h + hb).mean(axis=1)
+    second = (m2 + m2b + 2.0 * h * hb).mean(axis=1)
+    return mean - PALM_AXIS, second - mean**2 - PALM_AXIS
+
+
+def palm_excess(scv: float, x):
+    """Extra mean and variance (beyond Poisson's x) of the arrivals sharing a tagged request's
+    cycle, x = λ·E[C*] expected (``_palm_table``); beyond the table the variance excess grows ∝ x."""
+    e_t, v_t = _palm_table(float(scv))
+    lx = np.log(np.clip(x, PALM_AXIS[0], PALM_AXIS[-1]))
+    ax = np.log(PALM_AXIS)
+    scale = np.maximum(np.asarray(x, dtype=float) / PALM_AXIS[-1], 1.0)
+    return np.interp(lx, ax, e_t), np.interp(lx, ax, v_t) * scale
+
+
 def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, cost: StepCost) -> ServingResult:
-    """Closed-form server metrics from the decode step time and prefill service moments."""
+    """Closed-form server metrics from the decode step time and prefill service moments.
+
+    Arrivals: a renewal process with c_a² = ``stats.arrival_scv`` (1 = Poisson, where every
+    correction below vanishes). The requests admitted with a cycle are those that arrived during
+    the previous one; their count has variance c_a²·λ·E[C] (the index of dispersion of a renewal
+    process), so the cycle's variance takes E[S²] + (c_a² − 1)·E[S]² per arrival in place of E[S²],
+    and a tagged request's own cycle holds the ``palm_excess`` extra requests (bursty arrivals come
+    together). Checked against ``des.simulate`` with gamma gaps in tests/test_queueing.py.
+    """
+    ca2 = stats.arrival_scv
     rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
     rho = rate * s_mean
     c_mean = t_d / (1.0 - rho)
-    c_var = rate * c_mean * s_sq / (1.0 - rho * rho)
+    s_sq_count = s_sq if ca2 == 1.0 else s_sq + (ca2 - 1.0) * s_mean * s_mean
+    c_var = rate * c_mean * s_sq_count / (1.0 - rho * rho)
     c_sq = c_var + c_mean**2
     # gamma moments of the cycle for the third moment of the residual
     k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
@@ -296,6 +387,10 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     busy = 1.0 - idle
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
     b_var = c_cube / c_mean / 12.0 + s_var + rate * s_sq * c_star + (0.5 + rho) ** 2 * c_star_var
+    if ca2 != 1.0:
+        e_n, v_n = palm_excess(ca2, rate * c_star)
+        b_mean = b_mean + e_n * s_mean
+        b_var = b_var + e_n * s_var + v_n * s_mean * s_mean
     i_mean = t_d + s_mean
     ttft_mean = busy * b_mean + idle * i_mean
     ttft_p99 = _two_gamma_quantile(busy, b_mean, b_var, idle, i_mean, s_var, q)
@@ -309,3 +404,49 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     e2e = ttft_p99 + n99 * c_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho))
     return ServingResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
                          tpot_mean=tpot_mean, tpot_p99=tpot_p99, e2e_p99=e2e, step=cost, prefill_share=rho)
+
+
+def _lognormal_mixture_quantile(weights, p50s, pqs, q: float, q_fit: float, iters: int = 48):
+    """q-quantile of Σ w_i·LogNormal_i, each LogNormal through its median and its q_fit-quantile
+    (arrays broadcast; bisection in log x; an infinite component quantile gives infinity)."""
+    z_fit = NormalDist().inv_cdf(q_fit)
+    mus = [np.log(np.maximum(m, 1e-300)) for m in p50s]
+    sigmas = [np.maximum(np.log(np.maximum(p, 1e-300)) - mu, 1e-9) / z_fit for p, mu in zip(pqs, mus)]
+    finite = np.all([np.isfinite(p) for p in pqs], axis=0)
+    lo = np.min([np.where(np.isfinite(m), m, 0.0) for m in mus], axis=0) - 10.0
+    hi = np.max([np.where(np.isfinite(mu + 6 * sg), mu + 6 * sg, 0.0) for mu, sg in zip(mus, sigmas)], axis=0) + 1.0
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        cdf = sum(w * _norm_cdf((mid - mu) / sg) for w, mu, sg in zip(weights, mus, sigmas))
+        lo, hi = np.where(cdf < q, mid, lo), np.where(cdf < q, hi, mid)
+    return np.where(finite, np.exp(0.5 * (lo + hi)), np.inf)
+
+
+def mix_rate_states(base, states, shares, q: float):
+    """One result for arrivals switching slowly between rates, from per-state results (quasi-static:
+    each state's queue in its own steady state, ``scheduler.rate_states_mix``). Rates and shares of time average over time; request-level latencies mix
+    over the requests, state i holding a share π_i·λ_i/Σπ_j·λ_j of them; p-quantiles from
+    log-normals through each state's median and p-quantile. ``base`` (the mean-occupancy result)
+    keeps the step costed for ``explain``; its fields are replaced in place and it is returned."""
+    rates = [np.where(np.isfinite(r.rate) & (r.prefill_share < 1), r.rate, 0.0) for r in states]
+    total = sum(w * r for w, r in zip(shares, rates))
+    req = [w * r / np.maximum(total, 1e-300) for w, r in zip(shares, rates)]
+    base.rate = total
+    base.tokens_per_s = sum(w * r.tokens_per_s for w, r in zip(shares, states))
+    for r in states:  # a saturated state has no steady state: its latencies are unbounded
+        bad = ~(np.isfinite(r.rate) & (r.prefill_share < 1))
+        if np.any(bad):
+            r.ttft_p99, r.tpot_p99, r.e2e_p99 = (np.where(bad, np.inf, x) for x in (r.ttft_p99, r.tpot_p99, r.e2e_p99))
+    base.prefill_share = sum(w * r.prefill_share for w, r in zip(shares, states))
+    base.ttft_mean = sum(v * r.ttft_mean for v, r in zip(req, states))
+    base.tpot_mean = sum(v * r.tpot_mean for v, r in zip(req, states))
+    p50 = lambda r, name: getattr(r, name, None) if getattr(r, name, None) is not None else r.ttft_mean  # noqa: E731
+    base.ttft_p99 = _lognormal_mixture_quantile(req, [p50(r, "ttft_p50") for r in states], [r.ttft_p99 for r in states], q, q)
+    base.tpot_p99 = _lognormal_mixture_quantile(req, [r.tpot_mean for r in states], [r.tpot_p99 for r in states], q, q)
+    if getattr(base, "ttft_p50", None) is not None:
+        base.ttft_p50 = _lognormal_mixture_quantile(req, [p50(r, "ttft_p50") for r in states],
+                                                    [r.ttft_p99 for r in states], 0.5, q)
+        base.tpot_p50 = base.tpot_mean
+    base.e2e_p99 = _lognormal_mixture_quantile(req, [p50(r, "ttft_p50") + r.e2e_p99 - r.ttft_p99 for r in states],
+                                               [r.e2e_p99 for r in states], q, q)
+    return base

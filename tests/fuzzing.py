@@ -414,6 +414,13 @@ def trace_file(draw, ws: Workspace) -> str:
         return str(ws.inputs / draw(st.sampled_from(("fifo.yaml", "folder.yaml", "zero.csv", "binary.yaml", "absent"))))
     if choice == 1:
         return str(ws.inputs / "trace-ok.csv")
+    if choice == 2:  # arrival times and shared prefixes, good or broken
+        t = draw(st.lists(st.one_of(st.floats(0, 1e6).map(repr), st.sampled_from(("-1", "nan", "", "1e13", "x"))),
+                          min_size=1, max_size=5))
+        pid = draw(st.lists(st.sampled_from(("a", "b", "", "a")), min_size=len(t), max_size=len(t)))
+        pt = draw(st.lists(st.sampled_from(("0", "50", "100", "5000", "-1", "1.5")), min_size=len(t), max_size=len(t)))
+        return ws.new_file(".csv", "isl,osl,arrival_s,prefix_id,prefix_tokens\n"
+                           + "".join(f"100,20,{a},{b},{c}\n" for a, b, c in zip(t, pid, pt)))
     header = draw(st.sampled_from(("isl,osl", "isl,osl", "osl,isl,extra", "isl", "", "\ufeffisl,osl")))
     cell = st.one_of(st.integers(1, 20000).map(str), st.sampled_from(("nan", "-5", "0", "", "abc", "1e8", "inf",
                                                                         "1e400", '"3', "x" * 200_000)))

@@ -109,3 +109,28 @@ def test_plan_cheapest_first_with_cost_and_layout(runner):
 def test_plan_bad_target_is_exit_2(runner):
     r = runner.invoke(app, ["plan", "-s", "chat-1k-1k", "-m", "llama3.1-8b", "-H", "b200", "--target-tokens-per-s", "-5"])
     assert r.exit_code == 2
+
+
+def test_fit_only_evaluation_equals_the_full_grid_where_anything_fits():
+    """Sweeps run the serving model only on batch values where some layout fits in memory; those
+    points are bit-identical to the full evaluation, the rest keep the cheap checks' reasons."""
+    from infersim.query import Query
+
+    q = Query.build("h100-sxm", "llama3.1-70b", "chat-1k-1k", 8, batch=tuple(float(b) for b in np.unique(np.round(np.geomspace(1, 60000, 90)))))
+    full, cut = api.evaluate(q), api.evaluate(q, fit_only=True)
+    assert len(full) == len(cut) and any(r.unfit is not None for r in cut)
+    for f, c in zip(full, cut):
+        if c.unfit is None:
+            continue
+        cols = c.unfit.columns
+        assert len(c.unfit.batch) == f.ok.shape[1] and 0 < len(cols) < f.ok.shape[1]
+        np.testing.assert_array_equal(c.batch, f.batch[cols])
+        np.testing.assert_array_equal(c.ok, f.ok[:, cols])
+        np.testing.assert_array_equal(np.broadcast_to(c.reason, c.ok.shape), np.broadcast_to(f.reason, f.ok.shape)[:, cols])
+        for name, values in f.metrics.items():
+            np.testing.assert_array_equal(c.metrics[name], values[:, cols], err_msg=name)
+        dropped = np.setdiff1d(np.arange(f.ok.shape[1]), cols)
+        assert not f.ok_capacity[:, dropped].any()  # nothing fits there
+        np.testing.assert_array_equal(np.broadcast_to(c.unfit.reason, f.ok.shape)[:, dropped],
+                                      np.broadcast_to(f.reason, f.ok.shape)[:, dropped])
+        assert f.best_index() == (None if c.best_index() is None else (c.best_index()[0], int(cols[c.best_index()[1]])))

@@ -33,10 +33,12 @@ class KVRouting(Transform):
     """Share of shareable prefix tokens found (load-balance trade-off of the router)."""
     cache_tokens_per_worker: float | None = Field(default=None, gt=0)
     """Prefix tokens a worker keeps cached (None: unlimited)."""
-    working_set_tokens: float = Field(default=1e6, gt=0)
-    """Distinct shareable prefix tokens in the traffic."""
+    working_set_tokens: float | None = Field(default=None, gt=0)
+    """Distinct shareable prefix tokens in the traffic (None: the workload's, from its trace or
+    ``prefix_working_set_tokens``, else 1e6)."""
 
     def _apply(self, plan: Plan) -> Plan:
+        ws = plan.serving.prefix_working_set_tokens if self.working_set_tokens is None else self.working_set_tokens
         return replace(plan, serving=replace(plan.serving, kv_aware_efficiency=self.efficiency,
                                              prefix_cache_tokens=self.cache_tokens_per_worker,
-                                             prefix_working_set_tokens=self.working_set_tokens))
+                                             prefix_working_set_tokens=ws))

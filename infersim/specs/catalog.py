@@ -42,6 +42,7 @@ def add_profile_dir(path: str | Path) -> None:
     _index.cache_clear()
 
 
+@lru_cache(maxsize=1)
 def bundled_root() -> Path:
     """Folder holding the bundled profile folders (installed package data, or the source tree)."""
     here = Path(__file__).resolve().parent.parent

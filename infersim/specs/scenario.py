@@ -1,8 +1,9 @@
 """Scenario: the traffic a system serves and the latency limits it must meet.
 
 A discriminated union on ``kind``: ``offline`` (maximum throughput, no latency limit), ``server``
-and ``interactive`` (Poisson arrivals, p99 TTFT and p99 TPOT limits as in MLPerf's Server
-scenario; Interactive is Server with tighter limits). The ``optimizations`` block lists toggles.
+and ``interactive`` (arrivals Poisson as in MLPerf's Server scenario unless
+``workload.arrival_dispersion`` says otherwise; p99 TTFT and p99 TPOT limits; Interactive is Server
+with tighter limits). The ``optimizations`` block lists toggles.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, NonNegativeFloat, RootModel, PositiveFloat, PositiveInt, model_validator
 
-from .. import files
 from ._base import Spec
 from .hardware import Precision
 
@@ -116,14 +116,41 @@ class WorkloadSpec(Spec):
     osl: LengthSpec | None = None
     """Output (generated) length per request (required unless ``trace`` is given)."""
     trace: str | None = None
-    """CSV file with columns ``isl`` and ``osl`` (one row per request, tokens), relative to the
-    scenario file; when set, the lengths' empirical distributions replace isl/osl."""
+    """CSV file of requests, relative to the scenario file: columns ``isl`` and ``osl`` (tokens,
+    kept as pairs), optionally ``arrival_s`` (arrival times: their measured dispersion replaces
+    ``arrival_dispersion``) and ``prefix_id`` + ``prefix_tokens`` (shared prefixes: they set
+    ``prefix_share_fraction`` and ``prefix_working_set_tokens``). See ``infersim.specs.traffic``."""
+    arrival_dispersion: float = Field(default=1.0, ge=0, le=100)
+    """Squared coefficient of variation c_a² of the inter-arrival times (for a renewal process
+    also the long-run index of dispersion of arrival counts): 1 = Poisson (MLPerf loadgen's Server
+    scenario), 0 = evenly spaced, > 1 bursty. Range [0, 100]."""
+    arrival_states: list[Annotated[tuple[Annotated[float, Field(gt=0, le=1000)], Annotated[float, Field(gt=0, le=1)]],
+                                   Field(strict=False)]] | None = Field(default=None, min_length=2, max_length=8)
+    """Arrivals switching slowly between rates (a Markov-modulated Poisson process whose states
+    last long against a request's latency): [rate / mean rate, share of time] per state (set from
+    a trace; None: one state). The shares sum to 1 and the rate factors average to 1 over them.
+    Arrivals are Poisson within a state; ``arrival_dispersion`` then applies only to the
+    disaggregated prefill pool's queue."""
+    isl_osl_mean: float | None = Field(default=None, gt=0, le=1e14)
+    """E[ISL·OSL] of paired lengths, tokens² (set from a trace; None: lengths independent)."""
     prefix_share_fraction: float = Field(default=0.0, ge=0, le=1)
     """Fraction of input tokens that are a prefix shared with earlier requests (reusable KV)."""
+    prefix_working_set_tokens: float | None = Field(default=None, gt=0, le=1e15)
+    """Distinct shareable-prefix tokens the traffic reuses (None: the serving default, 1e6)."""
     images_per_request: NonNegativeFloat = Field(default=0.0, le=1000)
     """Images per request for multimodal models (vision encoder runs once per image)."""
     image_pixels: PositiveFloat | None = Field(default=None, le=1e9)
     """Pixels per image for multimodal requests."""
+
+    @model_validator(mode="after")
+    def _states(self):
+        if self.arrival_states is not None:
+            share = sum(w for _, w in self.arrival_states)
+            mean = sum(f * w for f, w in self.arrival_states)
+            if abs(share - 1.0) > 1e-6 or abs(mean - 1.0) > 1e-6:
+                raise ValueError("arrival_states: shares of time must sum to 1 and the rate factors average to 1 "
+                                 f"over them (got {share:.6g} and {mean:.6g})")
+        return self
 
     @model_validator(mode="after")
     def _lengths(self):
@@ -200,7 +227,8 @@ class OfflineScenario(_ScenarioBase):
 
 
 class ServerScenario(_ScenarioBase):
-    """Poisson arrivals; throughput at the highest rate meeting the p99 limits."""
+    """Arrivals at a rate (Poisson unless ``workload.arrival_dispersion`` ≠ 1); throughput at the
+    highest rate meeting the p99 limits."""
 
     kind: Literal["server", "interactive"]
     slo: SloSpec
@@ -214,47 +242,22 @@ class ScenarioFile(RootModel[ScenarioSpec]):
 
 
 def load_trace(path: Path) -> tuple[LengthSpec, LengthSpec]:
-    """Read a CSV trace of (isl, osl) pairs into two histogram LengthSpecs.
+    """Read a CSV trace into two histogram LengthSpecs (isl, osl); ``traffic.read_trace`` checks it.
 
-    Errors name the file, the row and the column; lengths must be positive token counts.
+    Errors name the file, the row and the column; lengths must be positive integer token counts.
     """
-    import csv
+    from .traffic import read_trace, workload_update
 
-    from ..errors import SpecError
-
-    text = files.read_text(path, what="trace", limit=files.MAX_TRACE_BYTES)
-    try:
-        isl, osl = _trace_columns(csv.DictReader(text.splitlines()), path)
-    except csv.Error as exc:
-        raise SpecError(f"not a readable CSV ({exc})", file=str(path)) from None
-    if not isl:
-        raise SpecError("trace has no rows", file=str(path))
-
-    def spec(values: list[float]) -> LengthSpec:
-        x, counts = np.unique(np.asarray(values), return_counts=True)
-        return LengthSpec(mean=float(np.mean(values)), max=float(x[-1]),
-                          histogram=[(float(a), float(c)) for a, c in zip(x, counts)])
-
-    return spec(isl), spec(osl)
+    upd = workload_update(read_trace(Path(path)))
+    return upd["isl"], upd["osl"]
 
 
-def _trace_columns(reader, path: Path) -> tuple[list[float], list[float]]:
-    """The isl and osl columns of a trace CSV as token counts (SpecError naming row and column)."""
-    from ..errors import SpecError
+def apply_trace(workload: WorkloadSpec, path: Path) -> WorkloadSpec:
+    """``workload`` with the trace at ``path`` in place of its lengths (and arrival dispersion and
+    prefix reuse where the trace has those columns)."""
+    from .traffic import read_trace, workload_update
 
-    if reader.fieldnames is None or not {"isl", "osl"} <= set(reader.fieldnames):
-        raise SpecError("trace needs columns 'isl' and 'osl' (tokens)", file=str(path))
-    isl, osl = [], []
-    for i, row in enumerate(reader, start=2):
-        for col, out in (("isl", isl), ("osl", osl)):
-            try:
-                v = float(row[col])
-            except (TypeError, ValueError, OverflowError):
-                raise SpecError(f"row {i}, column {col}: expected a number of tokens (got {str(row[col])[:40]!r})", file=str(path)) from None
-            if not 0 < v <= 10_000_000:
-                raise SpecError(f"row {i}, column {col}: expected 0 < tokens <= 1e7 (got {v})", file=str(path))
-            out.append(v)
-    return isl, osl
+    return workload.model_copy(update=workload_update(read_trace(Path(path))))
 
 
 def with_trace(scenario, base_dir: Path):
@@ -265,5 +268,4 @@ def with_trace(scenario, base_dir: Path):
     path = Path(wl.trace)
     if not path.is_absolute():
         path = base_dir / path
-    isl, osl = load_trace(path)
-    return scenario.model_copy(update={"workload": wl.model_copy(update={"isl": isl, "osl": osl})})
+    return scenario.model_copy(update={"workload": apply_trace(wl, path)})

@@ -39,6 +39,31 @@ def _pareto_mask(per_user: np.ndarray, per_acc: np.ndarray, domain: np.ndarray) 
     return keep
 
 
+THROUGHPUT = ("tokens_per_s", "tokens_per_s_per_accelerator", "requests_per_s")
+"""Metrics that are 0 at a point that does not fit in memory (the rest are not defined there)."""
+
+
+class _Full:
+    """A ``fit_only`` Result spread back over its whole batch axis (for ``keep: all``): the
+    evaluated columns as computed, the others infeasible with the cheap checks' reason, 0
+    throughput, infinite cost per token and undefined (NaN) latencies."""
+
+    def __init__(self, res: Result):
+        u = res.unfit
+        n_layout, n_batch = res.ok.shape[0], len(u.batch)
+        self.layouts, self.batch, self.plan = res.layouts, u.batch, res.plan
+        self.ok = np.zeros((n_layout, n_batch), dtype=bool)
+        self.reason = np.array(np.broadcast_to(u.reason, self.ok.shape))
+        self.ok[:, u.columns] = res.ok
+        self.reason[:, u.columns] = np.broadcast_to(res.reason, res.ok.shape)
+        self.metrics = {}
+        for name, values in res.metrics.items():
+            fill = 0.0 if name in THROUGHPUT else np.inf if name.startswith("usd_") else np.nan
+            full = np.full(self.ok.shape, fill)
+            full[:, u.columns] = values
+            self.metrics[name] = full
+
+
 def _rows(res: Result, mask: np.ndarray) -> dict[str, np.ndarray]:
     """Flat numeric columns of ``res`` where ``mask`` (a [layout, batch] boolean array)."""
     i, j = np.nonzero(mask)
@@ -55,8 +80,9 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
     """Columns of one cell's kept rows: numeric arrays, plus per-row variant labels and the cell's
     constants (strings and numbers repeated when written)."""
     query = query_for(cell)
-    results = api.evaluate(query)
+    results = api.evaluate(query, fit_only=True)  # batch values where no layout fits: cheap checks only
     stats = results[0].stats if results else None
+    points = int(sum(r.ok.shape[0] * (len(r.unfit.batch) if r.unfit else r.ok.shape[1]) for r in results))
     parts = []
     if cell.keep == "best":
         best = None
@@ -84,7 +110,8 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
             parts.append((res, keep[offset:offset + n].reshape(res.ok.shape)))
             offset += n
     else:
-        parts = [(res, np.ones(res.ok.shape, dtype=bool)) for res in results]
+        full = [_Full(r) if r.unfit else r for r in results]
+        parts = [(res, np.ones(res.ok.shape, dtype=bool)) for res in full]
     chunks = [(_rows(res, mask), res) for res, mask in parts if mask.any()]
     cols = {k: np.concatenate([c[k] for c, _ in chunks]) if chunks else np.zeros(0) for k in
             (*LAYOUT_AXES, "batch", "feasible", "reason", *METRICS)}
@@ -98,4 +125,4 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
                  "accelerators": query.accelerators, "price_per_hour": query.price,
                  "isl": stats.isl_mean if stats else float("nan"), "osl": stats.osl_mean if stats else float("nan")}
     return {"columns": cols, "constants": constants, "variant": variant, "variant_labels": labels,
-            "points": int(sum(r.ok.size for r in results)), "rows": int(len(cols["batch"]))}
+            "points": points, "rows": int(len(cols["batch"]))}
