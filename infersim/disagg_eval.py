@@ -149,14 +149,15 @@ class DisaggChoice:
                 "kv_transfer_tier": "scale-up" if inside else "scale-out"}
 
 
-def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int):
+def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1):
     """Best integer split per decode point (1-D arrays r_d, s_d, t_d over the points).
 
     Per prefill option the admissible rate c_p = μ·ρ_max follows from the TTFT budget left after
     the first decode step; the TOP_PREFILL options best under continuous rate matching
     (N·r_d·c_p/(r_d·s_p + c_p·s_d)) go to the integer split: D decode workers near the continuous
-    optimum D*, each with the most prefill workers P = ⌊(N − D·s_d)/s_p⌋ the rest holds, served
-    rate min(D·r_d, P·c_p). Returns (rate, P, D, option index). tests/test_parallel.py checks it
+    optimum D*, each with the most prefill workers P the rest holds without a worker straddling a
+    scale-up domain of ``domain`` accelerators (``parallel.packed_second_pool``; ⌊(N − D·s_d)/s_p⌋
+    for ``domain`` 1), served rate min(D·r_d, P·c_p). Returns (rate, P, D, option index). tests/test_parallel.py checks it
     against exhaustive enumeration.
     """
     q = len(pool.size)
@@ -179,10 +180,13 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int):
     rd4, sd4 = rd[..., None], sd[..., None]
     d_star = np.where(c_top > 0, n * c_top / (rd4 * sp_top + c_top * sd4), 0.0)
     # the optimum's D lies within ⌈s_p/s_d⌉ + 1 below ⌊D*⌋ (rounding P down frees at most s_p GPUs)
-    reach = int(min(np.ceil(np.max(sp_top, initial=1.0) / max(float(np.min(sd, initial=1.0)), 1.0)) + 2, -D_WINDOW[0]))
+    # (and, packed into domains, by at most one worker per domain)
+    reach = np.ceil(np.max(sp_top, initial=1.0) / max(float(np.min(sd, initial=1.0)), 1.0)) + 2
+    reach = int(min(reach + (np.ceil(n / domain) if domain > 1 else 0), -D_WINDOW[0]))
     window = D_WINDOW[D_WINDOW >= -reach]
     dd = np.floor(d_star) + window
-    pp = np.floor((n - dd * sd4) / sp_top)
+    pp = (parallel.packed_second_pool(n, domain, dd, sd4, sp_top) if domain > 1
+          else np.floor((n - dd * sd4) / sp_top))
     good = (dd >= 1) & (pp >= 1) & (c_top > 0)
     value = np.where(good, np.minimum(dd * rd4, pp * c_top), 0.0)  # [L, B, k, W]
     flat = value.reshape(shape + (-1,))
@@ -229,7 +233,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     value, pw, dw = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     for k, (n, inside) in enumerate(tiers):
         pool = prefill_pool(plan, stats, n, slo.percentile, inside)
-        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), flat(limit), n)
+        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), flat(limit), n, domain)
         better = v > value[idx]
         for arr, new_vals in ((value, v), (pw, p_k), (dw, d_k), (choice.option, opt)):
             arr[idx] = np.where(better, new_vals, arr[idx])

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tco
+from . import parallel, tco
 from .errors import Reason, reason_counts, require
 from .graph import Layout, Shape
 from .plan import Plan
@@ -161,7 +161,10 @@ class Result:
         plan = self.plan
         lay = {k: int(self.layouts[k][i]) for k in LAYOUT_AXES}
         size = lay["tp"] * lay["pp"]
-        config: dict[str, Any] = {**lay, "replicas": self.accelerators // size, "batch": float(self.batch[j]),
+        # whole instances, none straddling a scale-up domain (parallel.packed_instances)
+        n_inst = int(parallel.replicas(Layout(tp=lay["tp"], pp=lay["pp"]), self.accelerators,
+                                       plan.hardware.scale_up.domain_size))
+        config: dict[str, Any] = {**lay, "replicas": n_inst, "batch": float(self.batch[j]),
                                   "max_batch": self._at(self.max_batch, i, j), "weights": plan.formats.weights,
                                   "activations": plan.formats.activations, "kv_cache": plan.formats.kv_cache,
                                   "optimizations": list(plan.applied), "mtp_depth": plan.serving.draft_depth,
@@ -170,7 +173,7 @@ class Result:
         if "disagg" in self.pools:  # integer prefill and decode pools, each with its own layout
             config.update(self.pools["disagg"].config(i, j, self.accelerators))
         else:  # aggregated: whole instances, the leftover accelerators idle
-            config["idle_accelerators"] = self.accelerators - size * (self.accelerators // size)
+            config["idle_accelerators"] = self.accelerators - size * n_inst
         return config
 
     def breakdown_at(self, i: int, j: int) -> dict[str, Any]:

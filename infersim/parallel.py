@@ -205,6 +205,61 @@ def layout_feasibility(model: ModelSpec, layout: Layout, accelerators):
     return ok, reason
 
 
-def replicas(layout: Layout, accelerators):
-    """Whole instances that fit on ``accelerators`` (the rest are idle)."""
-    return np.floor(accelerators / (layout.tp * layout.pp))
+def packed_instances(accelerators, size, domain):
+    """Whole instances of ``size`` accelerators on ``accelerators``, none straddling a scale-up domain.
+
+    Notes
+    -----
+    An instance of s ≤ d accelerators runs its tensor/expert-parallel collectives on the scale-up
+    fabric only if it sits inside one domain of d (an NVL72 rack, an 8-GPU HGX node): each full
+    domain holds ⌊d/s⌋ instances and the partial last domain of N mod d holds ⌊(N mod d)/s⌋; the
+    d mod s accelerators left in each domain stay idle (18 DEP16 instances do not fit 4 NVL72
+    racks, 16 do). An instance larger than a domain spans ⌈s/d⌉ domains by design (its
+    collectives are costed hierarchically, ``infersim.comm``): ⌊N/s⌋. Non-decreasing in N.
+    """
+    n = np.asarray(accelerators, dtype=float)
+    s = np.asarray(size, dtype=float)
+    d = float(max(domain, 1))
+    packed = np.floor(n / d) * np.floor(d / s) + np.floor(np.mod(n, d) / s)
+    return np.where(s <= d, packed, np.floor(n / s))
+
+
+def packed_second_pool(accelerators, domain, first, size_first, size_second):
+    """Workers of ``size_second`` that fit beside ``first`` workers of ``size_first`` (broadcasts).
+
+    Notes
+    -----
+    Neither pool straddles a scale-up domain. The first pool (disaggregated decode workers) puts k
+    of its workers in the partial last domain (N mod d) and the others densely into full domains,
+    ⌊d/s₁⌋ per domain, its last few in one more; the second pool (prefill workers) takes
+    ⌊free/s₂⌋ in each domain. The best of k ∈ {0, as many as fit, D mod ⌊d/s₁⌋} is returned
+    (tests/test_parallel.py checks it against exhaustive placement). When either size exceeds
+    the domain the pools are placed over the flat count, ⌊(N − D·s₁)/s₂⌋. Negative when the
+    first pool does not fit.
+    """
+    n = np.asarray(accelerators, dtype=float)
+    D = np.asarray(first, dtype=float)
+    s1 = np.asarray(size_first, dtype=float)
+    s2 = np.asarray(size_second, dtype=float)
+    d = float(max(domain, 1))
+    flat = np.floor((n - D * s1) / s2)
+    full, part = np.floor(n / d), np.mod(n, d)
+    q = np.maximum(np.floor(d / s1), 1.0)  # first-pool workers per full domain
+    in_part_max = np.minimum(D, np.floor(part / s1))
+    best = np.full(np.broadcast(n, D, s1, s2).shape, -1.0)
+    for k in (0.0 * D, in_part_max, np.minimum(np.mod(D, q), in_part_max)):
+        left = D - k
+        f = np.floor(left / q)  # full domains holding only the first pool
+        rest = left - f * q  # its last workers, in one more full domain
+        used = f + (rest > 0)
+        value = (f * np.floor((d - q * s1) / s2) + (rest > 0) * np.floor((d - rest * s1) / s2)
+                 + (full - used) * np.floor(d / s2) + np.floor((part - k * s1) / s2))
+        best = np.maximum(best, np.where(used <= full, value, -1.0))
+    return np.where((s1 <= d) & (s2 <= d), best, flat)
+
+
+def replicas(layout: Layout, accelerators, domain: int = 1):
+    """Whole instances that fit on ``accelerators`` (``packed_instances``; the rest are idle).
+    ``domain``: accelerators per scale-up domain (1: no packing constraint beyond the total)."""
+    return packed_instances(accelerators, layout.tp * layout.pp, domain) if domain > 1 else \
+        np.floor(accelerators / (layout.tp * layout.pp))

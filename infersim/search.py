@@ -82,7 +82,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
             res.unfit = Unfit(batch=batch[0], columns=cols, reason=reason)
             return res
     kind = getattr(scenario, "kind", "offline")
-    workers = parallel.replicas(layout, accelerators)
+    workers = parallel.replicas(layout, accelerators, plan.hardware.scale_up.domain_size)
     pools: dict = {}
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if kind != "offline" and plan.serving.disaggregated:

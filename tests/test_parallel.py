@@ -418,10 +418,72 @@ def _pool(size, mu, t_fixed):
     return disagg_eval.PrefillPool(lay, size, mu, s_mean, s_sq, s_mean, t_fixed, 0 * mu, np.maximum.accumulate(wait_p, 1))
 
 
-def test_integer_split_matches_brute_force():
+def test_instances_do_not_straddle_a_scale_up_domain():
+    # 4 NVL72 racks hold 16 DEP16 instances (4 per rack, 8 GPUs idle in each), not 288/16 = 18: two
+    # more would run their all-to-alls across racks. Sizes dividing 72, and multi-rack instances,
+    # use every GPU.
+    sizes = np.array([8.0, 9.0, 16.0, 18.0, 24.0, 36.0, 72.0, 144.0, 100.0])
+    np.testing.assert_array_equal(parallel.packed_instances(288, sizes, 72), [36, 32, 16, 16, 12, 8, 4, 2, 2])
+    # the partial last domain holds what fits in it: 100 GPUs = 72 + 28 hold 4 + 1 DEP16
+    assert parallel.packed_instances(100, 16, 72) == 5
+    counts = parallel.packed_instances(np.arange(1, 400), 16, 72)
+    assert np.all(np.diff(counts) >= 0)  # non-decreasing in the accelerator count
+
+
+def _best_placement(n, d, first, s1, s2):
+    """Exhaustive: most s2-workers beside ``first`` s1-workers, no worker straddling a domain."""
+    from functools import lru_cache
+
+    doms = tuple([d] * (n // d) + ([n % d] if n % d else []))
+
+    @lru_cache(None)
+    def rec(i, left):
+        if i == len(doms):
+            return 0 if left == 0 else -10**9
+        return max(rec(i + 1, left - u) + (doms[i] - u * s1) // s2 for u in range(min(left, doms[i] // s1) + 1))
+
+    best = rec(0, first)
+    return best if best >= 0 else -1
+
+
+def test_packed_second_pool_matches_exhaustive_placement():
+    # Decode workers (s1) and prefill workers (s2) in domains of d: the closed form never claims more
+    # than a real placement holds, and equals the best placement when the sizes nest (one divides the
+    # other and s2 divides d, as in every deployment in mlperf_submission_configs.md).
+    for n in (9, 24, 100, 160, 300):
+        for d in (8, 72):
+            for s1 in (1, 4, 8, 9, 16, 18):
+                for s2 in (1, 2, 3, 4, 8):
+                    if s1 > d or s2 > d:
+                        continue
+                    for first in range(0, n // s1 + 2, max(1, n // s1 // 12)):
+                        exact = _best_placement(n, d, first, s1, s2)
+                        got = float(parallel.packed_second_pool(n, d, first, s1, s2))
+                        assert got <= exact, (n, d, first, s1, s2)
+                        if (s1 % s2 == 0 or s2 % s1 == 0) and d % s2 == 0:
+                            assert got == exact, (n, d, first, s1, s2)
+
+
+def test_288_gpu_deployments_fit_the_racks():
+    # 4 GB300 NVL72 racks, MLPerf Server: every decode and prefill worker sits inside one rack.
+    from infersim.api import predict
+
+    c = predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server", 288, round="v6.0").config
+    if c["disaggregated"]:
+        sd = c["tp"] * c["pp"]
+        sp = c["prefill_layout"]["tp"] * c["prefill_layout"]["pp"]
+        assert c["decode_workers"] <= parallel.packed_instances(288, sd, 72)
+        assert c["prefill_workers"] <= float(parallel.packed_second_pool(288, 72, c["decode_workers"], sd, sp))
+    else:
+        assert c["replicas"] == parallel.packed_instances(288, c["tp"] * c["pp"], 72)
+
+
+@pytest.mark.parametrize("domain", [1, 8])
+def test_integer_split_matches_brute_force(domain):
     # Three prefill options (1, 2 and 8 GPUs per worker) against decode workers of 4 and 16 GPUs,
     # on 9, 24 and 72 accelerators: the vectorized split equals an exhaustive search over every
-    # (option, P, D) with P·s_p + D·s_d ≤ N of min(D·r_d, P·c_p), c_p = μ·ρ_max(TTFT budget).
+    # (option, P, D) with P·s_p + D·s_d ≤ N of min(D·r_d, P·c_p), c_p = μ·ρ_max(TTFT budget); with
+    # 8-GPU domains, P is the most prefill workers an exhaustive placement holds beside D decode workers.
     from infersim import disagg_eval
 
     pool = _pool([1, 2, 8], [3.0, 7.0, 40.0], [0.2, 0.15, 0.1])
@@ -430,7 +492,7 @@ def test_integer_split_matches_brute_force():
     t_d = np.array([[0.02, 0.05], [0.03, 0.08]])
     limit = 1.0
     for n in (9, 24, 72):
-        value, pw, dw, opt = disagg_eval._split(pool, r_d, s_d, t_d, limit, n)
+        value, pw, dw, opt = disagg_eval._split(pool, r_d, s_d, t_d, limit, n, domain)
         for i in range(2):
             for j in range(2):
                 best = 0.0
@@ -439,7 +501,8 @@ def test_integer_split_matches_brute_force():
                     k = np.searchsorted(pool.wait_p[o], budget, side="right") - 1
                     c = pool.mu[o] * disagg_eval.RHO_GRID[k] if k >= 0 else 0.0
                     for d in range(1, n // int(s_d[i, 0]) + 1):
-                        p = (n - d * int(s_d[i, 0])) // int(pool.size[o])
+                        p = ((n - d * int(s_d[i, 0])) // int(pool.size[o]) if domain == 1 or s_d[i, 0] > domain
+                             else _best_placement(n, domain, d, int(s_d[i, 0]), int(pool.size[o])))
                         if p >= 1 and c > 0:
                             best = max(best, min(d * r_d[i, j], p * c))
                 assert value[i, j] == pytest.approx(best, rel=1e-12), (n, i, j)

@@ -1,0 +1,100 @@
+"""Parallel layouts against the MLPerf v6.0 records and the published layout effects (issue 12).
+
+Prints, for DeepSeek-R1 on GB300 NVL72 (v6.0 preset):
+- 288 GPUs (4 racks) Offline and Server: the searched optimum with its layout, against the v6.0
+  records (shared/reference/mlperf_llm_results.csv: 2,494,310 and 1,555,110 tokens/s);
+- Server, lever by lever: the submission's own deployment (36 x DEP8, aggregated, no MTP,
+  mlperf_submission_configs.md 1e) at its capacity (the highest load meeting p99 TTFT/TPOT) and at
+  the load the run was driven at (410 queries/s target; the run reported p99 TTFT 0.74 s and TPOT
+  60.6 ms), then the search with DEP width, disaggregation and MTP freed one after another;
+- the wide_ep ablation on 72 GPUs, Interactive (effects.md section 4);
+- EP8 vs expert-TP8 on 8 B200, 1K/2K max throughput (TRT-LLM blog 3: 2.42x);
+- 9 B200 GPUs, Server: the instance used and the idle GPUs.
+
+Run: python benchmarks/layouts.py
+"""
+
+from __future__ import annotations
+
+import time
+
+from infersim.api import predict
+
+H, M = "gb300-nvl72", "deepseek-r1"
+SERVER, OFFLINE = "mlperf-deepseek-r1-server", "mlperf-deepseek-r1-offline"
+RECORDS = {OFFLINE: 2_494_310.0, SERVER: 1_555_110.0}
+"""v6.0 NVIDIA GB300-NVL72 x288 DeepSeek-R1 tokens/s (shared/reference/mlperf_llm_results.csv)."""
+SUBMISSION = dict(tp=8, ep=8, dp=8, batch=640, disable=["mtp", "disagg"])
+"""The x288 Server deployment: 36 x DEP8 aggregated, max_batch_size 640 per rank, no speculative
+decoding (shared/reference/mlperf_submission_configs.md 1e; mlperf_engine_settings.csv)."""
+
+
+def layout(c: dict) -> str:
+    text = f"{c['replicas']} x TP{c['tp']}/EP{c['ep']}/DP{c['dp']}" + (f"/PP{c['pp']}" if c["pp"] > 1 else "")
+    if c.get("disaggregated") and "prefill_layout" in c:
+        p = c["prefill_layout"]
+        text = (f"{c['decode_workers']} decode x TP{c['tp']}/EP{c['ep']}/DP{c['dp']} + {c['prefill_workers']} prefill x "
+                f"TP{p['tp']}/EP{p['ep']}/DP{p['dp']}, KV over {c['kv_transfer_tier']}")
+    return text + f", MTP {c['mtp_depth']}, idle {c.get('idle_accelerators', 0)}"
+
+
+def line(tag: str, p, record: float | None = None) -> None:
+    m = p.metrics
+    err = f"  {100 * (m['tokens_per_s'] / record - 1):+6.1f} % vs record" if record else ""
+    print(f"  {tag:<44} {m['tokens_per_s']:>12,.0f} tok/s  {m['tokens_per_s_per_accelerator']:>6,.0f}/GPU  "
+          f"p99 TTFT {m['ttft_s']:.2f} s  TPOT {1e3 * m['tpot_s']:.1f} ms{err}")
+    print(f"  {'':<44} {layout(p.config)}")
+
+
+def max_qps(n: int, **fixed) -> float:
+    """Highest whole-system load (requests/s) at which the fixed deployment meets the limits."""
+    lo, hi = 1.0, 5000.0
+    for _ in range(40):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if predict(H, M, SERVER, n, qps=mid, round="v6.0", **fixed).feasible else (lo, mid)
+    return lo
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    print("DeepSeek-R1, GB300 NVL72 x 4 racks (288 GPUs), v6.0 preset")
+    for sc in (OFFLINE, SERVER):
+        line(f"{sc.split('-')[-1]}: searched optimum", predict(H, M, sc, 288, round="v6.0"), RECORDS[sc])
+
+    print("\nServer, 288 GPUs, lever by lever")
+    q = max_qps(288, **SUBMISSION)
+    line(f"submission deployment at capacity ({q:.0f} q/s)", predict(H, M, SERVER, 288, qps=q, round="v6.0", **SUBMISSION),
+         RECORDS[SERVER])
+    line("submission deployment at the driven 410 q/s", predict(H, M, SERVER, 288, qps=410.0, round="v6.0", **SUBMISSION),
+         RECORDS[SERVER])
+    for tag, kw in (("DEP8, batch searched, no MTP/disagg", dict(tp=8, ep=8, dp=8, disable=["mtp", "disagg"])),
+                    ("layout searched, no MTP/disagg", dict(disable=["mtp", "disagg"])),
+                    ("layout searched + disagg, no MTP", dict(disable=["mtp"])),
+                    ("layout searched + disagg + MTP (optimum)", {})):
+        line(tag, predict(H, M, SERVER, 288, round="v6.0", **kw), RECORDS[SERVER])
+
+    print("\nwide_ep ablation, 72 GPUs, Interactive (published: 2.42x EP vs TP alone, up to 6.17x with disagg/EPLB/MTP)")
+    full = predict(H, M, "mlperf-deepseek-r1-interactive", 72, round="v6.0")
+    narrow = predict(H, M, "mlperf-deepseek-r1-interactive", 72, round="v6.0", disable=["wide_ep"])
+    line("with wide_ep", full)
+    line("without wide_ep", narrow)
+    print(f"  gain {full.metrics['tokens_per_s'] / narrow.metrics['tokens_per_s']:.2f}x")
+
+    print("\nEP8 vs expert-TP8, 8 x B200, 1K/2K max throughput, attention DP (TRT-LLM blog 3: 2.42x)")
+    trt3 = dict(isl=1024, osl=2048, round="v6.0", tp=8, dp=8)
+    ep = predict("b200", M, "batch-1k-1k", 8, ep=8, **trt3)
+    tp = predict("b200", M, "batch-1k-1k", 8, ep=1, **trt3)
+    for tag, p in (("EP8", ep), ("expert TP8", tp)):
+        by = p.breakdown["by_kind_s"]
+        print(f"  {tag:<11} {p.metrics['tokens_per_s']:>10,.0f} tok/s  batch {p.config['batch']:.0f}  step "
+              f"{1e3 * p.breakdown['step_s']:.1f} ms (gemm {1e3 * by['gemm']:.1f}, attention {1e3 * by['attention']:.1f}, "
+              f"comm {1e3 * by['comm']:.1f})")
+    print(f"  gain {ep.metrics['tokens_per_s'] / tp.metrics['tokens_per_s']:.2f}x")
+
+    print("\n9 x B200, Server")
+    line("optimum", predict("b200", M, SERVER, 9, round="v6.0"))
+    print(f"\n({time.perf_counter() - t0:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
