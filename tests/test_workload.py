@@ -163,3 +163,20 @@ def test_image_pixels_and_image_tokens_are_exclusive(tmp_path):
     f.write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match="image_pixels .* or image_tokens"):
         load_scenario(str(f))
+
+
+def test_qwen3_vl_samples_per_s_is_tokens_per_s_over_mean_osl():
+    from infersim.accuracy.data import resolve_preset
+    from infersim.workloads.validate import MetricRow, predict_row
+
+    sc = load_scenario("mlperf-qwen3-vl-235b-a22b-offline")
+    p = predict("b200", "qwen3-vl-235b-a22b", "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0")
+    assert p.feasible
+    osl_mean = sc.workload.osl.mean
+    # one sample = one request; the published metric is completed samples/s of the whole system
+    assert p.metrics["requests_per_s"] == pytest.approx(p.metrics["tokens_per_s"] / osl_mean)
+    row = MetricRow("v6.0", "b200", "qwen3-vl-235b-a22b", "offline", 8, "samples_per_s", 79.0,
+                    "mlperf-qwen3-vl-235b-a22b-offline")
+    predict_row(row)
+    assert resolve_preset("v6.0") == "v6.0"  # the row is predicted with the v6.0 preset, as p
+    assert row.predicted == pytest.approx(p.metrics["requests_per_s"])
