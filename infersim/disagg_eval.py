@@ -95,9 +95,11 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     chunk = plan.serving.prefill_chunk_tokens
     n_chunk = np.maximum(chunk / plen, 1.0)
     t_chunk = step_cost(plan, lay, Shape(prefill_seqs=n_chunk[:, None], prefill_len=plen[:, None],
-                                         prefill_len_sq=plen_sq[:, None], prefill_patches=stats.vision_patches)).total[:, 0]
+                                         prefill_len_sq=plen_sq[:, None], prefill_patches=stats.vision_patches,
+                        prefill_patches_sq=stats.vision_patches_sq)).total[:, 0]
     t_alone = step_cost(plan, lay, Shape(prefill_seqs=1.0, prefill_len=plen[:, None], prefill_len_sq=plen_sq[:, None],
-                                         prefill_patches=stats.vision_patches)).total[:, 0]
+                                         prefill_patches=stats.vision_patches,
+                        prefill_patches_sq=stats.vision_patches_sq)).total[:, 0]
     mu = n_chunk / t_chunk
     s_mean = 1.0 / mu
     s_sq = s_mean**2 * plen_sq / np.maximum(plen**2, 1e-30)

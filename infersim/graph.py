@@ -150,6 +150,9 @@ class Shape:
     prefill_len_sq: ArrayLike = 0.0
     prefill_patches: ArrayLike = 0.0
     """Vision-encoder patches per prompt (multimodal models)."""
+    prefill_patches_sq: ArrayLike | None = None
+    """Expected sum over a prompt's images of the squared patches per image (the encoder's
+    attention is full within each image); None: one image of ``prefill_patches`` patches."""
     prefill_rank_imbalance: ArrayLike = 1.0
     """Busiest attention-DP rank's prefill tokens over the mean: a prompt is prefilled on one
     rank, so with fewer prompts per step than ranks the busiest rank carries a whole prompt while
@@ -475,18 +478,21 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     Per prompt with P patches: the transformer blocks (fused QKV + output 4·h², MLP 2·h·I per
     layer) run on all P patches; the remaining parameters (patch-merger MLPs, incl. DeepStack's)
     run on the merged tokens, P / (pixels_per_token / patch pixels). Attention is full within an
-    image: 4·P²·h FLOPs per layer, costed as an attention kernel. 16-bit weights are read once per
-    step. Runs on the attention ranks (data parallel under attention DP); averaged over pipeline
-    stages like the head.
+    image: 4·P²·h FLOPs per layer, costed as an attention kernel; over a mix of image sizes that
+    is 4·E[P²]·h, so a few large images weigh far more than their share of patches. 16-bit
+    weights are read once per step. Runs on the attention ranks (data parallel under attention
+    DP); averaged over pipeline stages like the head.
     """
     v = model.vision_encoder
-    patches = shape.prefill_seqs * shape.prefill_patches / layout.dp
+    prompts = shape.prefill_seqs / layout.dp
+    patches = prompts * shape.prefill_patches
     per_prompt = shape.prefill_patches
+    patches_sq = per_prompt ** 2 if shape.prefill_patches_sq is None else shape.prefill_patches_sq
     block_params = v.n_layers * (4.0 * v.hidden_size ** 2 + 2.0 * v.hidden_size * v.intermediate_size)
     merger_params = max(v.params_b * 1e9 - block_params, 0.0)
     merge = v.pixels_per_token / VISION_PATCH_PIXELS
     linear = 2.0 * block_params * patches + 2.0 * merger_params * patches / merge
-    attn = 4.0 * patches * per_prompt * v.hidden_size * v.n_layers
+    attn = 4.0 * prompts * patches_sq * v.hidden_size * v.n_layers
     weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES, 0.0)
     act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers
     qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers

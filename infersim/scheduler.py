@@ -297,7 +297,8 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
 
     def prefill_time(n, imb):
         shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
-                        prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches)
+                        prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches,
+                        prefill_patches_sq=stats.vision_patches_sq)
         return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,

@@ -37,6 +37,9 @@ class WorkloadStats:
     osl_p99: float
     vision_patches: float = 0.0
     """Vision-encoder patches per request (multimodal models; 0 for text)."""
+    vision_patches_sq: float = 0.0
+    """Sum over a request's images of the squared patches per image, expected value: the
+    encoder's full attention within each image costs this, not the square of the mean."""
     isl_points: np.ndarray | None = None
     """Prompt-length support (tokens) and its probabilities, for the busiest-rank distribution."""
     isl_probs: np.ndarray | None = None
@@ -61,32 +64,83 @@ class WorkloadStats:
 
     @classmethod
     def from_workload(cls, workload, model=None) -> "WorkloadStats":
-        """Moments of ``workload``; with a multimodal ``model`` each request's images add
-        image_pixels / pixels_per_token LM tokens to its prompt and patches to the encoder."""
+        """Moments of ``workload``; with a multimodal ``model`` each request's images add their
+        LM tokens to its prompt and their patches to the encoder (see ``image_load``)."""
         xi, pi = workload.isl.support
-        image_tokens, patches = 0.0, 0.0
-        venc = getattr(model, "vision_encoder", None)
-        if venc is not None and workload.images_per_request and workload.image_pixels:
-            image_tokens = workload.images_per_request * workload.image_pixels / venc.pixels_per_token
-            patches = workload.images_per_request * workload.image_pixels / VISION_PATCH_PIXELS
-            xi = xi + image_tokens
+        isl_max = float(workload.isl.max) if workload.isl.max else float(np.max(xi))
+        image = image_load(workload, model)
+        patches, patches_sq, image_tokens = 0.0, 0.0, 0.0
+        if image is not None:
+            (vt, vp), merge = image
+            k = workload.images_per_request
+            image_tokens = k * float(np.sum(vp * vt))
+            patches = merge * image_tokens
+            patches_sq = k * merge ** 2 * float(np.sum(vp * vt * vt))
+            xi, pi = _sum_of_independent(xi, pi, k * vt, vp)
+            cap = workload.image_tokens.max if workload.image_tokens is not None else None
+            isl_max += k * float(cap if cap else np.max(vt))
         xo, po = workload.osl.support
         osl_mean = float(np.sum(po * xo))
         paired = getattr(workload, "isl_osl_mean", None)
-        # images add the same tokens to every prompt: E[(ISL + I)·OSL] = E[ISL·OSL] + I·E[OSL]
+        # images independent of the output: E[(ISL + I)·OSL] = E[ISL·OSL] + E[I]·E[OSL]
         paired = None if paired is None else paired + image_tokens * osl_mean
         # compress the output-length distribution to 16 quantile points for tail sums
         c = np.cumsum(po)
         u = (np.arange(16) + 0.5) / 16
         pts = xo[np.minimum(np.searchsorted(c, u), len(xo) - 1)]
-        return cls(isl_mean=float(np.sum(pi * xi)), isl_sq=float(np.sum(pi * xi * xi)),
+        isl_mean, isl_sq = float(np.sum(pi * xi)), float(np.sum(pi * xi * xi))
+        if len(xi) > 64:  # a text x image convolution: 64 equally likely points keep the mean
+            xi, pi = _equal_mass_points(xi, pi, 64)
+        return cls(isl_mean=isl_mean, isl_sq=isl_sq,
                    osl_mean=osl_mean, osl_sq=float(np.sum(po * xo * xo)),
                    osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=workload.osl.quantile(0.99),
-                   vision_patches=patches, isl_points=np.asarray(xi, dtype=float), isl_probs=np.asarray(pi, dtype=float),
-                   isl_max=float(workload.isl.max + image_tokens) if workload.isl.max else float(np.max(xi)),
+                   vision_patches=patches, vision_patches_sq=patches_sq,
+                   isl_points=np.asarray(xi, dtype=float), isl_probs=np.asarray(pi, dtype=float), isl_max=isl_max,
                    arrival_scv=float(getattr(workload, "arrival_dispersion", 1.0)), isl_osl_mean=paired,
                    rate_states=None if getattr(workload, "arrival_states", None) is None
                    else tuple((float(f), float(w)) for f, w in workload.arrival_states))
+
+
+def image_load(workload, model):
+    """((LM tokens per image, probabilities), patches per LM token) of a multimodal request, or
+    None for a text model or a request without images.
+
+    Notes
+    -----
+    ``image_tokens`` gives the distribution directly; ``image_pixels`` one size, whose LM tokens
+    are pixels / ``pixels_per_token``. The encoder runs on ``pixels_per_token`` / 256 patches
+    (16x16 pixels) per LM token: 4 for Qwen3-VL's 2x2 spatial merge (models.md).
+    """
+    venc = getattr(model, "vision_encoder", None)
+    if venc is None or not workload.images_per_request:
+        return None
+    if workload.image_tokens is not None:
+        support = workload.image_tokens.support
+    elif workload.image_pixels:
+        support = (np.array([workload.image_pixels / venc.pixels_per_token]), np.array([1.0]))
+    else:
+        return None
+    return support, venc.pixels_per_token / VISION_PATCH_PIXELS
+
+
+def _sum_of_independent(xa, pa, xb, pb):
+    """Support of A + B for independent discrete A and B."""
+    return (np.asarray(xa, float)[:, None] + np.asarray(xb, float)[None, :]).ravel(), \
+        (np.asarray(pa, float)[:, None] * np.asarray(pb, float)[None, :]).ravel()
+
+
+def _equal_mass_points(x, p, n):
+    """``n`` equally likely points: the conditional means of the n probability slices of the
+    sorted distribution (the mean is kept exactly)."""
+    order = np.argsort(x)
+    x, p = np.asarray(x, float)[order], np.asarray(p, float)[order] / np.sum(p)
+    edges = np.linspace(0.0, 1.0, n + 1)
+    c = np.concatenate([[0.0], np.cumsum(p)])
+    # probability of point j inside slice i: overlap of [c_j, c_j+1] with [e_i, e_i+1]
+    lo = np.maximum(c[:-1][None, :], edges[:-1][:, None])
+    hi = np.minimum(c[1:][None, :], edges[1:][:, None])
+    w = np.clip(hi - lo, 0.0, None)
+    return (w @ x) / np.maximum(w.sum(axis=1), 1e-300), np.full(n, 1.0 / n)
 
 
 @dataclass
@@ -159,7 +213,8 @@ def offline_shape(plan: Plan, layout: Layout, batch, stats: WorkloadStats, worke
     n_prefill = batch * L / stats.osl_mean
     return Shape(decode_seqs=batch, decode_q=1.0 + plan.serving.draft_depth, decode_ctx=stats.context_mean,
                  prefill_seqs=n_prefill, prefill_len=plen, prefill_len_sq=plen_sq,
-                 prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp), prefill_patches=stats.vision_patches)
+                 prefill_rank_imbalance=rank_imbalance(n_prefill, layout.dp), prefill_patches=stats.vision_patches,
+                  prefill_patches_sq=stats.vision_patches_sq)
 
 
 def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0) -> ServingResult:
@@ -303,7 +358,8 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     n = np.maximum(batch * L / stats.osl_mean, 1.0)
     mixed = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean,
                   prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
-                  prefill_rank_imbalance=rank_imbalance(n, layout.dp), prefill_patches=stats.vision_patches)
+                  prefill_rank_imbalance=rank_imbalance(n, layout.dp), prefill_patches=stats.vision_patches,
+                  prefill_patches_sq=stats.vision_patches_sq)
     s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
     res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)

@@ -140,7 +140,11 @@ class WorkloadSpec(Spec):
     images_per_request: NonNegativeFloat = Field(default=0.0, le=1000)
     """Images per request for multimodal models (vision encoder runs once per image)."""
     image_pixels: PositiveFloat | None = Field(default=None, le=1e9)
-    """Pixels per image for multimodal requests."""
+    """Pixels per image for multimodal requests (every image the same size)."""
+    image_tokens: LengthSpec | None = None
+    """Language-model tokens per image (after the encoder's patch merge) as a distribution, in
+    place of ``image_pixels`` when image sizes vary: the encoder's full attention within an image
+    grows with the square of its patches, so the spread matters, not only the mean."""
 
     @model_validator(mode="after")
     def _states(self):
@@ -154,6 +158,8 @@ class WorkloadSpec(Spec):
 
     @model_validator(mode="after")
     def _lengths(self):
+        if self.image_pixels is not None and self.image_tokens is not None:
+            raise ValueError("give image_pixels (one size) or image_tokens (a distribution), not both")
         if self.trace is None:
             for name in ("isl", "osl"):
                 if getattr(self, name) is None:
