@@ -237,6 +237,13 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
 
 # ---- the engine -----------------------------------------------------------------------------------------
 
+def host_time(engine, batch):
+    """Host time per iteration on the critical path: one streamed response per running sequence
+    of the instance every ``stream_interval`` iterations (with attention DP the responses of every
+    rank are gathered and sent by one process), ``host_s_per_stream_event`` each."""
+    return engine.host_s_per_stream_event * np.asarray(batch, dtype=float) / engine.stream_interval
+
+
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> EngineResult:
     """Renewal arrivals (Poisson unless ``stats.arrival_scv`` ≠ 1) into one instance at mean
@@ -288,12 +295,13 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     batch = np.asarray(batch, dtype=float)
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     ctx_tokens = stats.context_mean * batch
+    host = host_time(plan.engine, batch)
     cache = {}
 
     def decode_time(rows):
         shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx_tokens / np.maximum(rows * d, 1e-30))
         cache["decode"] = (shape, step_cost(plan, layout, shape))
-        return cache["decode"][1].total
+        return cache["decode"][1].total + host
 
     def prefill_time(n, imb):
         shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
