@@ -501,10 +501,20 @@ def at_rate(plan: Plan, layout: Layout, rate, stats: WorkloadStats, percentile: 
     return server(plan, layout, np.array([b]), stats, percentile, workers), np.array(b), saturated
 
 
+MIN_DURATION_S = 600.0
+"""LoadGen's minimum Server run (mlperf.conf ``*.Server.min_duration`` 600,000 ms;
+shared/reference/mlperf_benchmarks.md section 1): the issue time when the query count is not given."""
+
+
 def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadStats, scenario, qps: float, b_max,
-                    workers) -> tuple[bool, str, dict]:
+                    workers, samples: float | None = None) -> tuple[bool, str, dict]:
     """Prediction at ``qps`` requests/s for the whole system (spread evenly over ``replicas``):
-    (meets every limit, the first broken limit's reason name or '', metrics)."""
+    (meets every limit, the first broken limit's reason name or '', metrics).
+
+    Rates: ``tokens_per_s`` is the steady state, qps × mean OSL (what enters a stable engine leaves
+    it); ``completed_tokens_per_s`` is LoadGen's figure, the tokens of the issued queries over the
+    issue time plus the last query's latency: steady × issue / (issue + latency), issue =
+    ``samples`` / qps (default the 600 s minimum run), latency = mean TTFT + (OSL − 1) × mean TPOT."""
     slo = scenario.slo
     q = slo.percentile
     cap = plan.engine.max_batch_size
@@ -518,6 +528,10 @@ def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadSt
          "ttft_p50_s": pick(res.ttft_p50), "ttft_s": pick(res.ttft_p99), "ttft_mean_s": pick(res.ttft_mean),
          "tpot_p50_s": pick(res.tpot_p50), "tpot_s": pick(res.tpot_p99), "tpot_mean_s": pick(res.tpot_mean),
          "prefill_share": pick(res.prefill_share)}
+    latency = m["ttft_mean_s"] + (stats.osl_mean - 1.0) * m["tpot_mean_s"]
+    issue = samples / qps if samples else MIN_DURATION_S
+    m.update(mean_latency_s=latency, issue_s=issue,
+             completed_tokens_per_s=m["tokens_per_s"] * issue / (issue + latency) if np.isfinite(latency) else 0.0)
     why = ""
     if bool(saturated):
         why = "BATCH_LIMIT" if cap is not None and cap * d <= float(b_max) else "SATURATED"
