@@ -1,11 +1,13 @@
 """Issue-10 figures: the scheduler against its DES, latencies at the measured load, and the
 DeepSeek-R1 Server headline on one GB300 NVL72 rack.
 
-    python benchmarks/operating_points.py [--skip-des] [--skip-at-load] [--data FILE]
+    python benchmarks/operating_points.py [--skip-des] [--skip-at-load] [--per-row] [--data FILE]
 
 1. Closed form (infersim.scheduler.engine_queue) vs discrete-event engine (des.simulate_engine)
    over the grid of tests/test_scheduler.py: signed error (model − DES)/DES in %.
-2. ``infersim validate --at-load`` medians over data/mlperf_operating_points.csv.
+2. ``infersim validate --at-load`` medians over data/mlperf_operating_points.csv; with
+   ``--per-row`` (2b) each row's predicted and measured occupancy and TPOT, and the model's TPOT
+   at the measured occupancy.
 3. DeepSeek-R1 Server, GB300 NVL72 × 72: capacity per round preset (v5.1, v6.0) and their ratio
    (published best vs best 8,064 / 2,907 = 2.77×), with the presets' full search and with the
    layout NVIDIA ran (TP8/EP8 + attention DP, no MTP, no disaggregation); and the v6.0 prediction
@@ -26,6 +28,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 PUBLISHED = {"v5.1": 2907.0, "v6.0": 8064.0, "qps110": 5562.0}
 """Published figures the model is compared with (shared/reference/mlperf_submission_configs.md 1a,
 DESIGN.md targets); printed beside the predictions, never used by the model."""
+
+SAMPLES_QPS110 = 219_400
+"""Queries LoadGen issued in NVIDIA's v6.0 GB300 x72 DeepSeek-R1 Server run (samples_run of
+data/mlperf_operating_points.csv): an input of the run, setting its issue time (219,400 / 110 s)."""
 
 
 def des_table() -> None:
@@ -59,6 +65,58 @@ def at_load(data) -> None:
     print(f"   ({time.perf_counter() - t0:.1f} s; targets: TPOT p50 median APE <= 10 %, |TTFT p99| median <= 0.3 s)\n")
 
 
+def per_row(data) -> None:
+    """Per row: TPOT p50 at the measured load against the measured one, occupancy per instance
+    predicted and measured (loadgen's mean in-flight queries, Little's law), and the model's mean
+    TPOT at the *measured* occupancy (the step cost and stalls without the load → occupancy
+    inversion)."""
+    import csv
+    import statistics
+
+    import numpy as np
+
+    from infersim import at_load as al
+    from infersim.graph import Layout
+    from infersim.scheduler import server
+    from infersim.serving import WorkloadStats
+
+    systems = al._Systems()
+    print("2b. per row (occupancy per instance; TPOT in ms; @Bm = model at the measured occupancy)")
+    print(f"{'ver':5} {'submitter':11} {'system':30} {'bench':13} {'scen':5} {'config':16} {'B pred':>7} {'B meas':>7} "
+          f"{'p50 pred':>8} {'p50 meas':>8} {'err':>6} {'mean@Bm':>8} {'mean meas':>9} {'err':>6}")
+    e_load, e_occ = [], []
+    for cols in csv.DictReader(open(data or al.bundled_data())):
+        r = al.predict_row(cols, systems)
+        occ, tmean = al._num(cols.get("mean_inflight_queries")), al._num(cols.get("tpot_mean_ms"))
+        if r["reason"] or not (occ and tmean):
+            continue
+        c = r["config"]
+        pred = systems.cache[next(k for k in systems.cache if k[1] == r["hardware"] and k[2] == r["model"]
+                                  and k[3].endswith(cols["scenario"].strip().lower()) and k[4] == int(float(cols["total_accelerators"]))
+                                  and k[0] == al_preset(cols))]
+        stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
+        lay = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
+        b = occ / c["replicas"]
+        at_b = 1e3 * float(server(pred.plan, lay, np.array([b]), stats, 99.0,
+                                  float(cols["total_accelerators"]) / (c["tp"] * c["pp"])).tpot_mean[0])
+        p, m = r["predicted"], r["measured"]
+        e1, e2 = 100 * (p["tpot_p50_ms"] / m["tpot_p50_ms"] - 1), 100 * (at_b / tmean - 1)
+        e_load.append(abs(e1))
+        e_occ.append(abs(e2))
+        cfg = f"tp{c['tp']}ep{c['ep']}dp{c['dp']}x{c['replicas']}m{c['mtp_depth']}"
+        print(f"{cols['version']:5} {cols['submitter'][:11]:11} {cols['system'][:30]:30} {cols['benchmark'][:13]:13} "
+              f"{cols['scenario'][:5]:5} {cfg:16} {p['occupancy_per_rank'] * c['dp']:7.0f} {b:7.0f} {p['tpot_p50_ms']:8.1f} "
+              f"{m['tpot_p50_ms']:8.1f} {e1:+6.0f} {at_b:8.1f} {tmean:9.1f} {e2:+6.0f}")
+    print(f"   rows {len(e_load)}: median |TPOT p50 error| at the measured load {statistics.median(e_load):.1f} %; "
+          f"median |mean TPOT error| at the measured occupancy {statistics.median(e_occ):.1f} %\n")
+
+
+def al_preset(cols):
+    from infersim.accuracy.data import resolve_preset
+
+    return resolve_preset(cols["version"].strip())
+
+
 def headline() -> None:
     from infersim import api
 
@@ -76,10 +134,12 @@ def headline() -> None:
                   f"disagg {c.get('disaggregated')}")
         ratio = cap["v6.0"] / cap["v5.1"] if cap["v5.1"] else float("nan")
         print(f"   {label:48s} ratio v6.0/v5.1 = {ratio:.2f} (target 2.77 +/- 15 %: 2.35-3.19)")
-        p = api.predict(*args, round="v6.0", qps=110.0, **kw)
+        p = api.predict(*args, round="v6.0", qps=110.0, samples=SAMPLES_QPS110, **kw)
         m = p.metrics
-        print(f"   {label:48s} v6.0 --qps 110: {m['tokens_per_s_per_accelerator']:.0f} tokens/s/GPU steady state "
-              f"(published completed {PUBLISHED['qps110']:,.0f}), feasible {p.feasible} {p.reason}; occupancy/rank "
+        print(f"   {label:48s} v6.0 --qps 110 --samples {SAMPLES_QPS110}: {m['completed_tokens_per_s_per_accelerator']:.0f} "
+              f"tokens/s/GPU completed (published {PUBLISHED['qps110']:,.0f}; steady state qps x OSL "
+              f"{m['tokens_per_s_per_accelerator']:.0f}, mean latency {m['mean_latency_s']:.0f} s over {m['issue_s']:.0f} s "
+              f"issue), feasible {p.feasible} {p.reason}; occupancy/rank "
               f"{m['occupancy_per_rank']:.0f}, iteration {1e3 * m['iteration_s']:.1f} ms, TTFT p50/p99 "
               f"{m['ttft_p50_s']:.2f}/{m['ttft_s']:.2f} s, TPOT p50/p99 {1e3 * m['tpot_p50_s']:.1f}/{1e3 * m['tpot_s']:.1f} ms")
     print("   (published v6.0 NVIDIA run: 317 sequences/rank at 56.2 ms per iteration, p99 TTFT 1.00 s, p99 TPOT 76.1 ms)")
@@ -90,11 +150,14 @@ def main() -> None:
     ap.add_argument("--skip-des", action="store_true")
     ap.add_argument("--skip-at-load", action="store_true")
     ap.add_argument("--data", default=None)
+    ap.add_argument("--per-row", action="store_true", help="also print the per-row table (2b)")
     a = ap.parse_args()
     if not a.skip_des:
         des_table()
     if not a.skip_at_load:
         at_load(a.data)
+    if a.per_row:
+        per_row(a.data)
     headline()
 
 

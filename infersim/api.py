@@ -119,12 +119,17 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     raise_infeasible : raise ``InfeasibleError`` instead of returning an infeasible prediction.
     qps : requests/s for the whole system (Server/Interactive): predict the capacity-best
         aggregated configuration at that load instead (``scheduler.operating_point``).
+    samples : queries LoadGen issues at ``qps`` (sets the issue time of the completed rate;
+        default the 600 s minimum run).
 
     Returns
     -------
     Prediction with the contract metrics (tokens/s, seconds, US$), config and breakdown.
     """
     qps = kwargs.pop("qps", None)
+    samples = kwargs.pop("samples", None)
+    if samples is not None and (qps is None or not 1 <= samples <= 1e12):
+        raise SpecError(f"--samples must be in [1, 1e12] queries and needs --qps (got {samples})")
     if not isinstance(query, Query):
         query = Query.build(query, *args, **kwargs)
     if qps is not None and (query.inputs.scenario.kind == "offline" or not 0 < qps <= 1e9):
@@ -157,17 +162,18 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     config = res.config_at(i, j)
     config["round"] = query.software.round
     if qps is not None:
-        return _at_qps(query, res, (i, j), config, stats, qps, results, sel.skipped)
+        return _at_qps(query, res, (i, j), config, stats, qps, results, sel.skipped, samples)
     return Prediction(query.inputs, n, True, "", res.metrics_at(i, j), config, res.breakdown_at(i, j),
                       result=res, index=(i, j), results=results, skipped=sel.skipped)
 
 
 AT_LOAD_KEYS = ("requests_per_s", "occupancy", "occupancy_per_rank", "iteration_s", "decode_iteration_s", "ttft_p50_s",
-                "tpot_p50_s", "capacity_tokens_per_s")
+                "tpot_p50_s", "capacity_tokens_per_s", "completed_tokens_per_s", "completed_tokens_per_s_per_accelerator",
+                "issue_s", "mean_latency_s")
 """Extra JSON keys of a prediction at a given load (``--qps``)."""
 
 
-def _at_qps(query: Query, res: Result, ij, config, stats, qps, results, skipped) -> Prediction:
+def _at_qps(query: Query, res: Result, ij, config, stats, qps, results, skipped, samples=None) -> Prediction:
     """The capacity-best point's configuration run at ``qps`` (scheduler.operating_point)."""
     from .graph import Layout
     from .scheduler import operating_point
@@ -176,8 +182,9 @@ def _at_qps(query: Query, res: Result, ij, config, stats, qps, results, skipped)
     metrics = res.metrics_at(*ij)
     lay = Layout(**{k: config[k] for k in ("tp", "pp", "ep", "dp")})
     ok, why, at = operating_point(res.plan, lay, config["replicas"], stats, query.inputs.scenario, qps,
-                                  config["max_batch"], n / (config["tp"] * config["pp"]))
+                                  config["max_batch"], n / (config["tp"] * config["pp"]), samples)
     metrics.update(at, tokens_per_s_per_accelerator=at["tokens_per_s"] / n, capacity_tokens_per_s=metrics["tokens_per_s"],
+                   completed_tokens_per_s_per_accelerator=at["completed_tokens_per_s"] / n,
                    tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)
     config["qps"] = qps
     msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {_EXPLAIN.get(why, why)}"

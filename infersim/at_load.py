@@ -13,7 +13,7 @@ Per row: the capacity-best aggregated configuration of the row's round preset
 percentages, TTFT p99 in seconds. Rates: the steady-state output rate is qps × mean OSL; loadgen's
 *completed* rate divides the tokens by the issue time plus the last query's latency,
 completed = steady × issue / (issue + latency), issue = samples_run / qps, latency = predicted mean
-TTFT + (OSL − 1) × mean TPOT.
+TTFT + (OSL − 1) × mean TPOT (``scheduler.operating_point``).
 """
 
 from __future__ import annotations
@@ -139,18 +139,16 @@ def predict_row(cols: dict[str, str], systems: _Systems) -> dict[str, Any]:
     c = pred.config
     stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
     # KV capacity of the chosen layout: the search's max batch at that point
-    ok, why, m = operating_point(pred.plan, Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"]), c["replicas"], stats,
-                                 pred.inputs.scenario, qps, c["max_batch"], n / (c["tp"] * c["pp"]))
     samples = _num(cols.get("samples_run"))
-    latency = m["ttft_mean_s"] + (stats.osl_mean - 1.0) * m["tpot_mean_s"]
-    issue = samples / qps if samples else None
+    ok, why, m = operating_point(pred.plan, Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"]), c["replicas"], stats,
+                                 pred.inputs.scenario, qps, c["max_batch"], n / (c["tp"] * c["pp"]), samples)
     steady = m["tokens_per_s"]
     out.update(config={k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth")}, meets_limits=ok, limit=why,
                predicted={"tpot_p50_ms": 1e3 * m["tpot_p50_s"], "ttft_p50_ms": 1e3 * m["ttft_p50_s"],
                           "ttft_p99_ms": 1e3 * m["ttft_s"], "tpot_p99_ms": 1e3 * m["tpot_s"],
                           "occupancy_per_rank": m["occupancy_per_rank"], "iteration_ms": 1e3 * m["iteration_s"]},
                steady_tokens_per_s=steady,
-               completed_tokens_per_s=steady * issue / (issue + latency) if issue else None,
+               completed_tokens_per_s=m["completed_tokens_per_s"] if samples else None,
                measured_completed_tokens_per_s=_num(cols.get("completed_tokens_per_s")))
     p = out["predicted"]
     if not all(math.isfinite(v) for v in p.values()):

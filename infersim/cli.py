@@ -246,6 +246,7 @@ def run_cmd(
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
     explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
+    samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, checks, report, tco, workloads
@@ -271,7 +272,7 @@ def run_cmd(
         price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
-                       params=params, price_per_hour=price, qps=qps)
+                       params=params, price_per_hour=price, qps=qps, samples=samples)
     d = pred.to_dict()
     if fmt == OutputFormat.json:
         if explain:

@@ -87,6 +87,12 @@ class Engine:
     """Per-rank decode batch sizes with a captured CUDA graph, ascending (None: every size)."""
     stream_interval: int = 1
     """Output tokens per streamed response chunk (host work per token falls as it grows)."""
+    python_executor: bool = False
+    """The executor loop runs in Python (TensorRT-LLM PyTorch backend / trtllm-serve)."""
+    host_s_per_stream_event: float = 0.0
+    """Host time per streamed response chunk, serial with the iteration: the engine's executor
+    loop builds and sends one response per running sequence every ``stream_interval`` tokens
+    (0: a response path off the iteration's critical path, e.g. the C++ executor)."""
 
     @property
     def graph_max(self) -> float | None:

@@ -106,15 +106,16 @@ def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
     phi = np.fft.rfft(pmf)
     grid = np.arange(n) * w
-    for i in np.nonzero(small)[0]:
-        cp = np.fft.irfft(np.exp(ms[i] * (phi - 1.0)), n)
-        cdf = np.clip(np.cumsum(np.maximum(cp, 0.0)), 0.0, 1.0)
-        cdf /= cdf[-1]
+    idx = np.nonzero(small)[0]
+    for rows in np.array_split(idx, max(1, len(idx) // 16)):  # blocks of counts: one FFT call each
+        cp = np.fft.irfft(np.exp(ms[rows, None] * (phi[None, :] - 1.0)), n, axis=-1)
+        cdf = np.clip(np.cumsum(np.maximum(cp, 0.0), axis=-1), 0.0, 1.0)
+        cdf /= cdf[:, -1:]
         fmax = cdf ** d
-        pm = np.diff(np.concatenate([[0.0], fmax]))
-        e = float(np.sum(pm * grid))
-        emax[i] = e
-        vmax[i] = float(np.sum(pm * grid * grid)) - e * e
+        pm = np.diff(fmax, axis=-1, prepend=0.0)
+        e = np.sum(pm * grid, axis=-1)
+        emax[rows] = e
+        vmax[rows] = np.sum(pm * grid * grid, axis=-1) - e * e
     # the discretisation shifts lengths by < w/2: rescale the means so d = 1 gives m·E[ISL]
     return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
 
@@ -237,6 +238,13 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
 
 # ---- the engine -----------------------------------------------------------------------------------------
 
+def host_time(engine, batch):
+    """Host time per iteration on the critical path: one streamed response per running sequence
+    of the instance every ``stream_interval`` iterations (with attention DP the responses of every
+    rank are gathered and sent by one process), ``host_s_per_stream_event`` each."""
+    return engine.host_s_per_stream_event * np.asarray(batch, dtype=float) / engine.stream_interval
+
+
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> EngineResult:
     """Renewal arrivals (Poisson unless ``stats.arrival_scv`` ≠ 1) into one instance at mean
@@ -288,12 +296,13 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     batch = np.asarray(batch, dtype=float)
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     ctx_tokens = stats.context_mean * batch
+    host = host_time(plan.engine, batch)
     cache = {}
 
     def decode_time(rows):
         shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx_tokens / np.maximum(rows * d, 1e-30))
         cache["decode"] = (shape, step_cost(plan, layout, shape))
-        return cache["decode"][1].total
+        return cache["decode"][1].total + host
 
     def prefill_time(n, imb):
         shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
@@ -494,10 +503,20 @@ def at_rate(plan: Plan, layout: Layout, rate, stats: WorkloadStats, percentile: 
     return server(plan, layout, np.array([b]), stats, percentile, workers), np.array(b), saturated
 
 
+MIN_DURATION_S = 600.0
+"""LoadGen's minimum Server run (mlperf.conf ``*.Server.min_duration`` 600,000 ms;
+shared/reference/mlperf_benchmarks.md section 1): the issue time when the query count is not given."""
+
+
 def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadStats, scenario, qps: float, b_max,
-                    workers) -> tuple[bool, str, dict]:
+                    workers, samples: float | None = None) -> tuple[bool, str, dict]:
     """Prediction at ``qps`` requests/s for the whole system (spread evenly over ``replicas``):
-    (meets every limit, the first broken limit's reason name or '', metrics)."""
+    (meets every limit, the first broken limit's reason name or '', metrics).
+
+    Rates: ``tokens_per_s`` is the steady state, qps × mean OSL (what enters a stable engine leaves
+    it); ``completed_tokens_per_s`` is LoadGen's figure, the tokens of the issued queries over the
+    issue time plus the last query's latency: steady × issue / (issue + latency), issue =
+    ``samples`` / qps (default the 600 s minimum run), latency = mean TTFT + (OSL − 1) × mean TPOT."""
     slo = scenario.slo
     q = slo.percentile
     cap = plan.engine.max_batch_size
@@ -511,6 +530,10 @@ def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadSt
          "ttft_p50_s": pick(res.ttft_p50), "ttft_s": pick(res.ttft_p99), "ttft_mean_s": pick(res.ttft_mean),
          "tpot_p50_s": pick(res.tpot_p50), "tpot_s": pick(res.tpot_p99), "tpot_mean_s": pick(res.tpot_mean),
          "prefill_share": pick(res.prefill_share)}
+    latency = m["ttft_mean_s"] + (stats.osl_mean - 1.0) * m["tpot_mean_s"]
+    issue = samples / qps if samples else MIN_DURATION_S
+    m.update(mean_latency_s=latency, issue_s=issue,
+             completed_tokens_per_s=m["tokens_per_s"] * issue / (issue + latency) if np.isfinite(latency) else 0.0)
     why = ""
     if bool(saturated):
         why = "BATCH_LIMIT" if cap is not None and cap * d <= float(b_max) else "SATURATED"

@@ -254,3 +254,42 @@ def test_validate_at_load_reports_the_summary_keys(tmp_path):
     bad.write_text("version,system\nv6.0,x\n")
     code, out = _cli(["validate", "--at-load", "--data", str(bad)])
     assert code == 2 and "missing required column" in out
+
+
+# ---- host term of a Python executor ----------------------------------------------------------------
+
+def test_host_term_is_per_streamed_response_and_only_for_python_executors():
+    """host_time = host_s_per_stream_event × occupancy / stream_interval, added to every iteration;
+    the presets give it only to engines whose executor loop runs in Python."""
+    from infersim.optimizations.presets import load_preset
+
+    v51, v60 = load_preset("v5.1"), load_preset("v6.0")
+    ds = v51.engine_for("deepseek-r1", "server")
+    assert ds.python_executor and ds.host_s_per_stream_event > 0
+    assert v51.engine_for("llama2-70b", "server").host_s_per_stream_event == 0.0
+    assert v60.engine_for("deepseek-r1", "server").stream_interval == 100
+    eng = Engine(stream_interval=4, host_s_per_stream_event=10e-6)
+    np.testing.assert_allclose(scheduler.host_time(eng, np.array([0.0, 400.0])), [0.0, 1e-3])
+    # the engine sees the host time as part of every iteration: same result as a slower decode step
+    st = stats()
+    pre = lambda n, imb: S_TOK * st.isl_mean * imb  # noqa: E731
+    b = np.array([20.0, 80.0])
+    with_host = scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, lambda r: decode_time(r) + scheduler.host_time(eng, b), pre)
+    slower = scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, lambda r: decode_time(r) + 1e-3 * b / 400.0, pre)
+    np.testing.assert_allclose(with_host.tpot_mean, slower.tpot_mean, rtol=1e-12)
+    assert np.all(with_host.tpot_mean > scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, decode_time, pre).tpot_mean)
+
+
+def test_run_qps_reports_the_completed_rate_below_the_steady_state():
+    base = ["run", "-H", "gb300-nvl72", "-m", "deepseek-r1", "-s", "mlperf-deepseek-r1-server", "-n", "72", "--tp", "8",
+            "--ep", "8", "--dp", "8", "--disable", "mtp", "--round", "v6.0", "--qps", "40", "--format", "json"]
+    code, short = _cli(base)
+    code2, long = _cli(base + ["--samples", "400000"])
+    assert code == code2 == 0
+    assert short["issue_s"] == pytest.approx(600.0) and long["issue_s"] == pytest.approx(10_000.0)
+    for d in (short, long):
+        expect = d["tokens_per_s"] * d["issue_s"] / (d["issue_s"] + d["mean_latency_s"])
+        assert d["completed_tokens_per_s"] == pytest.approx(expect, rel=1e-9)
+    assert short["completed_tokens_per_s"] < long["completed_tokens_per_s"] < long["tokens_per_s"]
+    code, out = _cli(base[:-2] + ["--samples", "0"])
+    assert code == 2 and "--samples" in out

@@ -39,6 +39,13 @@ class EngineFields(Spec):
     """Captured per-rank decode batch sizes (empty list: no graphs; absent: every size)."""
     stream_interval: int | None = Field(default=None, ge=1, le=100_000)
     """Output tokens per streamed chunk."""
+    python_executor: bool | None = None
+    """The engine's executor loop runs in Python (TensorRT-LLM PyTorch backend / trtllm-serve):
+    its streamed responses cost host time on the iteration's critical path."""
+    host_us_per_stream_event: float | None = Field(default=None, ge=0, le=1000)
+    """Host microseconds per streamed response chunk of a Python executor (fitted by
+    ``benchmarks/host_term.py``; physical range 1-100 us: building, serialising and sending one
+    response object per running request)."""
 
 
 class EngineOverride(EngineFields):
@@ -101,7 +108,9 @@ class PresetSpec(Spec):
                       chunked_prefill=d.get("chunked_prefill", True),
                       gate_timeout_iters=d.get("adp_timeout_iters", 0), gate_wait_iters=d.get("adp_batching_wait_iters", 0),
                       graph_sizes=None if sizes is None else tuple(sorted(sizes)),
-                      stream_interval=d.get("stream_interval", 1))
+                      stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
+                      host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
+                      if d.get("python_executor") else 0.0)
 
 
 def presets_dir() -> Path:
