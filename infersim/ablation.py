@@ -114,18 +114,29 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
     pa, pb = _levers(a, inputs, skipped), _levers(b, inputs, skipped)
     on_a = tuple(k for k in ORDER if k in pa)
     steps = [Step(f"{resolve_round(from_round)} software", on_a, predict(None, None, None, accelerators, inputs=inputs, preset=a))]
-    mature = a.model_copy(update={"kernel_efficiency": b.kernel_efficiency, "moe_kernel_efficiency": b.moe_kernel_efficiency,
-                                  "host_overhead_scale": b.host_overhead_scale})
+    factors = {"kernel_efficiency": b.kernel_efficiency, "moe_kernel_efficiency": b.moe_kernel_efficiency,
+               "host_overhead_scale": b.host_overhead_scale}
+    mature = a.model_copy(update=factors)
     steps.append(Step(f"+ {resolve_round(to_round)} kernel maturity and host overhead", on_a,
-                      _run(inputs, accelerators, mature, on_a, pa)))
-    params = dict(pa)
+                      predict(None, None, None, accelerators, inputs=inputs, preset=mature)))
+    if b.engine != a.engine:
+        mature = mature.model_copy(update={"engine": b.engine})
+        steps.append(Step(f"+ {resolve_round(to_round)} engine settings (batch and token limits, graphs, gate, streaming)",
+                          on_a, predict(None, None, None, accelerators, inputs=inputs, preset=mature)))
+    applied = {e["kind"]: e for e in a.optimizations}
+    applied.update({e["kind"]: e for e in b.optimizations})
+    b_choices = {e["kind"]: e for e in b.choices}
     on = on_a
     for k in ORDER:
         if k in pb and (k not in pa or pb[k] != pa[k]):
-            params[k] = pb[k]
             on = tuple(x for x in ORDER if x in set(on) | {k})
+            # each step is round B's software limited to the levers turned on so far: a lever that
+            # B offers as a choice stays a choice (the search may leave it off), as in B itself
+            step = mature.model_copy(update={
+                "optimizations": [applied[x] for x in on if x in applied and x not in b_choices],
+                "choices": [b_choices[x] for x in on if x in b_choices]})
             label = f"+ {k}" if k not in pa else f"~ {k} ({', '.join(f'{p}={v}' for p, v in pb[k].items())})"
-            steps.append(Step(label, on, _run(inputs, accelerators, mature, on, params)))
+            steps.append(Step(label, on, predict(None, None, None, accelerators, inputs=inputs, preset=step)))
     steps.append(Step(f"{resolve_round(to_round)} software (search picks the choices)", tuple(pb),
                       predict(None, None, None, accelerators, inputs=inputs, preset=b)))
     return Ablation([s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)], [], skipped)

@@ -210,3 +210,20 @@ def test_pareto_and_ablate_through_the_cli(runner):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["waterfall"][0]["step"].startswith("baseline") and "attention_dp" in d["skipped"]
+
+
+def test_round_waterfall_steps_end_at_the_target_round_and_price_engine_settings():
+    """The cumulative steps are round B's software limited to the levers on so far, so the last
+    lever step is round B itself; a lever B offers as a choice stays a choice (a step never loses
+    throughput by being forced on), and B's engine settings are a step of their own."""
+    from infersim.ablation import round_waterfall
+
+    ab = round_waterfall("b200", None, "mlperf-deepseek-r1-server", 8, from_round="v5.1", to_round="v6.0")
+    steps = [r["step"] for r in ab.rows]
+    assert any("engine settings" in s for s in steps)
+    tps = [r["tokens_per_s_per_accelerator"] for r in ab.rows]
+    lever_rows = [i for i, s in enumerate(steps) if s.startswith(("+ mtp", "+ disagg"))]
+    assert lever_rows, steps
+    for i in lever_rows:
+        assert tps[i] >= tps[i - 1] * (1 - 1e-9), (steps[i], tps[i - 1], tps[i])
+    assert tps[-2] == pytest.approx(tps[-1], rel=1e-9)
