@@ -241,6 +241,12 @@ def packed_second_pool(accelerators, domain, first, size_first, size_second):
     D = np.asarray(first, dtype=float)
     s1 = np.asarray(size_first, dtype=float)
     s2 = np.asarray(size_second, dtype=float)
+    if n.size == 1 and np.broadcast(D, s1, s2).size > _TABLE_MIN and _integral(D, s1, s2):
+        return _packed_second_pool_table(n, domain, D, s1, s2)
+    return _packed_second_pool(n, domain, D, s1, s2)
+
+
+def _packed_second_pool(n, domain, D, s1, s2):
     d = float(max(domain, 1))
     flat = np.floor((n - D * s1) / s2)
     full, part = np.floor(n / d), np.mod(n, d)
@@ -256,6 +262,26 @@ def packed_second_pool(accelerators, domain, first, size_first, size_second):
                  + (full - used) * np.floor(d / s2) + np.floor((part - k * s1) / s2))
         best = np.maximum(best, np.where(used <= full, value, -1.0))
     return np.where((s1 <= d) & (s2 <= d), best, flat)
+
+
+_TABLE_MIN = 4096
+"""Broadcast size above which ``packed_second_pool`` is evaluated once per distinct (D, s₁, s₂)."""
+
+
+def _integral(*arrays) -> bool:
+    return all(np.array_equal(a, np.floor(a)) for a in arrays)
+
+
+def _packed_second_pool_table(n, domain, D, s1, s2):
+    """``packed_second_pool`` on a large grid of whole counts and sizes: evaluated on the table of
+    the few distinct sizes × every count in range, then gathered (the same values, one gather
+    instead of some forty full-grid array operations)."""
+    u1, i1 = np.unique(s1, return_inverse=True)
+    u2, i2 = np.unique(s2, return_inverse=True)
+    lo, hi = float(D.min(initial=0.0)), float(D.max(initial=0.0))
+    counts = np.arange(lo, hi + 1.0)
+    table = _packed_second_pool(n, domain, counts[None, None, :], u1[:, None, None], u2[None, :, None])
+    return table[i1.reshape(s1.shape), i2.reshape(s2.shape), (D - lo).astype(np.intp)]
 
 
 def replicas(layout: Layout, accelerators, domain: int = 1):

@@ -645,3 +645,16 @@ def test_ep_group_size_trades_weight_bytes_against_all_to_all_time():
     comm = step_cost(plan, lay, Shape(decode_seqs=64.0 * eps, decode_ctx=4000.0)).by_kind["comm"]
     assert np.all(np.diff(comm) > 0)
     assert comm[4] > 3 * comm[3]
+
+
+@pytest.mark.parametrize("n,domain", [(72, 72), (288, 72), (64, 8), (9, 8), (300, 72), (16, 4)])
+def test_packed_second_pool_table_path_equals_the_direct_formula(n, domain):
+    """On a large grid of whole counts ``packed_second_pool`` gathers from a table of distinct
+    (D, s1, s2); it must give exactly the direct formula, negative counts and misfits included."""
+    rng = np.random.default_rng(n + domain)
+    D = rng.integers(-5, n + 3, size=(20, 30, 1, 11)).astype(float)
+    s1 = rng.choice([1, 2, 3, 4, 8, 9, 16, 36, 72, 144], size=(20, 1, 1, 1)).astype(float)
+    s2 = rng.choice([1, 2, 3, 4, 8, 16, 96], size=(20, 30, 5, 1)).astype(float)
+    assert np.broadcast(D, s1, s2).size > parallel._TABLE_MIN
+    direct = parallel._packed_second_pool(np.asarray(float(n)), domain, D, s1, s2)
+    assert np.array_equal(parallel.packed_second_pool(n, domain, D, s1, s2), direct)
