@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from .data import Row, load_rows, version_key
+from .data import Row, as_rows, version_key
 from .fit import DEFAULT_PARAMETERS, FitRow, _vals, calibrate, fit_rows, hardware_defaults, round_defaults, round_sig
 from .params import HARDWARE_RANGES, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
-from .runner import Runner, default_workers
+from .runner import Runner, runner_for
 from .summary import stats
 
 FOLD_KINDS: tuple[str, ...] = ("round", "hardware", "model")
@@ -128,17 +128,11 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     for kind in folds:
         if kind not in FOLD_KINDS:
             raise SpecError(f"unknown fold kind '{kind}' (expected {', '.join(FOLD_KINDS)})")
-    if isinstance(rows, (str, os.PathLike)):
-        rows = load_rows(rows)
-    rows = list(rows)
+    rows = as_rows(rows)
     prog = progress or Progress()
     names = tuple(fit_kwargs.get("parameters") or DEFAULT_PARAMETERS)
-    own = runner is None
-    run = runner or Runner(presets_dir)
-    try:
-        everything, _ = fit_rows(rows, hardware_ids, presets_dir)
-        if own:
-            run.start_pool(default_workers(len(everything) * 8) if workers is None else workers)
+    everything, _ = fit_rows(rows, hardware_ids, presets_dir)
+    with runner_for(runner, presets_dir, workers, len(everything) * 8) as run:
         out: dict[str, Any] = {}
         for kind in folds:
             t0 = time.perf_counter()
@@ -165,9 +159,6 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
             out[f"leave_one_{kind}_out"] = {**_fold_stats(pooled), "folds": fold_out, "max_nfev": max_nfev,
                                            "seconds": time.perf_counter() - t0}
         return out
-    finally:
-        if own:
-            run.close()
 
 
 def format_cv(cv: dict[str, Any]) -> str:

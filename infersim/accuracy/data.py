@@ -12,7 +12,7 @@ import io
 import math
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -110,6 +110,11 @@ def _read_regular(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as exc:
         raise SpecError(f"cannot read file ({exc.strerror})", file=file) from None
+
+
+def as_rows(rows: Iterable[Row] | str | os.PathLike) -> list[Row]:
+    """The rows of a validation CSV given by path, or the given rows as a list."""
+    return load_rows(rows) if isinstance(rows, (str, os.PathLike)) else list(rows)
 
 
 def load_rows(path: str | os.PathLike) -> list[Row]:

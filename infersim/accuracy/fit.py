@@ -21,13 +21,13 @@ from typing import Any, Literal
 import numpy as np
 
 from ..errors import SpecError
-from .data import PredictionKey, Row, data_label, frontier_mask, load_rows, row_keys, version_key
+from .data import PredictionKey, Row, as_rows, data_label, frontier_mask, row_keys, version_key
 from .params import (HARDWARE_RANGES, ROUND_FACTORS, Parameter, bound_findings, check_names, hardware_parameters,
                      monotone_violations, round_values, step_support)
 from .params import round_parameters as _round_params
 from .progress import Progress
 from .result import CalibrationResult
-from .runner import Lock, Runner, Values, default_workers
+from .runner import Lock, Runner, Values, runner_for
 from .summary import stats
 
 DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
@@ -162,9 +162,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
 
     t0 = time.perf_counter()
     prog = progress or Progress()
-    if isinstance(rows, (str, os.PathLike)):
-        rows = load_rows(rows)
-    rows = list(rows)
+    rows = as_rows(rows)
     data = data_label(rows[0].file) if rows else "<memory>"
     scope = None
     if hardware_ids is not None:
@@ -174,12 +172,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         fit_rounds, transfer = False, False
     names_r = tuple(round_parameters) if fit_rounds else ()
     check_names(parameters, names_r)
-    own = runner is None
-    run = runner or Runner(presets_dir)
-    try:
-        fit, excluded = fit_rows(rows, scope, presets_dir)
-        if own:
-            run.start_pool(default_workers(len(fit) * 8) if workers is None else workers)
+    fit, excluded = fit_rows(rows, scope, presets_dir)
+    with runner_for(runner, presets_dir, workers, len(fit) * 8) as run:
         hw_ids = sorted({fr.key.hardware for fr in fit})
         rounds_all = sorted({fr.key.preset for fr in fit}, key=version_key)
         defaults_hw = {h: hardware_defaults(run, h, parameters) for h in hw_ids}
@@ -364,9 +358,6 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                                        prior_weight=prior_weight, f_scale=f_scale, diff_step=diff_step,
                                        pin_choices=pin_choices, presets_dir=presets_dir, progress=prog, runner=run)
         return result
-    finally:
-        if own:
-            run.close()
 
 
 def _all_rounds(presets_dir) -> list[str]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, NamedTuple
 
 from ..errors import InfeasibleError, SpecError
-from .data import PredictionKey, Row, frontier_mask, load_rows, row_keys
+from .data import PredictionKey, Row, as_rows, frontier_mask, row_keys
 
 Values = tuple[tuple[str, float], ...]
 """Trial values of one owner's parameters, sorted by name (hashable); () = the file's values."""
@@ -224,6 +225,21 @@ def default_workers(n_tasks: int) -> int:
     return max(1, min(4, os.cpu_count() or 1, n_tasks // 16))
 
 
+@contextmanager
+def runner_for(runner: "Runner | None", presets_dir, workers: int | None, n_tasks: int) -> Iterator["Runner"]:
+    """``runner`` itself when given (its owner closes it), else a new runner whose worker pool is
+    sized for ``n_tasks`` predictions (``workers`` overrides) and closed on exit."""
+    if runner is not None:
+        yield runner
+        return
+    run = Runner(presets_dir)
+    try:
+        run.start_pool(default_workers(n_tasks) if workers is None else workers)
+        yield run
+    finally:
+        run.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # Validation: every row of a data set
 
@@ -274,11 +290,8 @@ def validate(rows: Iterable[Row] | str | os.PathLike, *, progress: Callable[[int
     from .summary import RowResult, ValidationReport
 
     start = time.perf_counter()
-    data = "<memory>"
-    if isinstance(rows, (str, os.PathLike)):
-        data = str(rows)
-        rows = load_rows(rows)
-    rows = list(rows)
+    data = str(rows) if isinstance(rows, (str, os.PathLike)) else "<memory>"
+    rows = as_rows(rows)
     if rows and rows[0].file != "<memory>":
         data = rows[0].file
     front = frontier_mask(rows)
