@@ -28,13 +28,9 @@ from infersim.api import predict
 from infersim.specs import catalog
 from infersim.specs.scenario import LengthSpec, WorkloadSpec, apply_trace
 
-Q = 0.99
+from test_queueing import Q, WORKLOADS  # the same workloads and their service times (M/G/1 checks)
+
 N_REQUESTS = 60_000
-WORKLOADS = {  # scenario whose workload is used, t_d (s), mean prefill service time S (s)
-    "llama2-70b": ("mlperf-llama2-70b-server", 0.040, 0.008),
-    "deepseek-r1": ("mlperf-deepseek-r1-server", 0.050, 0.015),
-    "llama3.1-8b": ("mlperf-llama3.1-8b-server", 0.010, 0.010),
-}
 TOL = {0.5: {"tokens_per_s": 0.03, "ttft_mean": 0.05, "tpot_mean": 0.05, "ttft_p": 0.15, "tpot_p": 0.10},
        4.0: {"tokens_per_s": 0.03, "ttft_mean": 0.05, "tpot_mean": 0.05, "ttft_p": 0.20, "tpot_p": 0.20}}
 MODEL_KEY = {"tokens_per_s": "tokens_per_s", "ttft_mean": "ttft_mean", "tpot_mean": "tpot_mean", "ttft_p": "ttft_p99",
