@@ -208,7 +208,9 @@ class OptimizationEntry(Spec):
     """False keeps the entry but leaves the optimization neutral."""
 
 
-class _ScenarioBase(Spec):
+class ScenarioHeader(Spec):
+    """What every scenario, LLM or not, says about itself."""
+
     name: str
     """Human-readable name."""
     description: str = ""
@@ -218,6 +220,9 @@ class _ScenarioBase(Spec):
     """MLPerf benchmark this scenario reproduces, if any (e.g. 'deepseek-r1')."""
     model: str | None = None
     """Default model ID for this scenario (the MLPerf benchmark's model)."""
+
+
+class _ScenarioBase(ScenarioHeader):
     workload: WorkloadSpec
     precision: PrecisionSpec = PrecisionSpec()
     max_batch: PositiveInt | None = Field(default=None, le=1_000_000)

@@ -18,6 +18,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, RootModel, model_validat
 from ..units import BYTES_PER_ELEMENT
 from ._base import Spec
 from .hardware import Precision
+from .scenario import ScenarioHeader
 
 Dim = Annotated[int, Field(gt=0, le=10_000_000)]
 
@@ -260,16 +261,9 @@ class NonLlmSlo(Spec):
     percentile: float = Field(default=99.0, gt=0, lt=100)
 
 
-class NonLlmScenarioSpec(Spec):
+class NonLlmScenarioSpec(ScenarioHeader):
     """An MLPerf scenario for a non-LLM workload."""
 
-    name: str
-    description: str = ""
-    source: list[str] = Field(min_length=1)
-    benchmark: str | None = None
-    """MLPerf benchmark this scenario reproduces."""
-    model: str | None = None
-    """Default model ID."""
     kind: Literal["offline", "singlestream", "server"]
     """offline: throughput (samples/s); singlestream: one query at a time, latency at
     ``latency_percentile``; server: Poisson arrivals, throughput within ``slo``."""
