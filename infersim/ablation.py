@@ -105,6 +105,10 @@ def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None
     return Ablation(rows, loo, skipped)
 
 
+MATURITY_FIELDS = ("kernel_efficiency", "moe_kernel_efficiency", "host_overhead_scale")
+"""A round preset's software-maturity factors (the first step of a round waterfall)."""
+
+
 def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round: str, to_round: str) -> Ablation:
     """From round A's software to round B's: maturity first, then each optimization B adds or
     retunes that can act on this system (the others are listed as skipped, with the reason)."""
@@ -113,20 +117,18 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
     skipped: dict[str, str] = {}
     pa, pb = _levers(a, inputs, skipped), _levers(b, inputs, skipped)
     on_a = tuple(k for k in ORDER if k in pa)
-    steps = [Step(f"{resolve_round(from_round)} software", on_a, predict(None, None, None, accelerators, inputs=inputs, preset=a))]
-    factors = {"kernel_efficiency": b.kernel_efficiency, "moe_kernel_efficiency": b.moe_kernel_efficiency,
-               "host_overhead_scale": b.host_overhead_scale}
-    mature = a.model_copy(update=factors)
-    steps.append(Step(f"+ {resolve_round(to_round)} kernel maturity and host overhead", on_a,
-                      predict(None, None, None, accelerators, inputs=inputs, preset=mature)))
+    at = lambda preset: predict(None, None, None, accelerators, inputs=inputs, preset=preset)  # noqa: E731
+    steps = [Step(f"{resolve_round(from_round)} software", on_a, at(a))]
+    mature = a.model_copy(update={f: getattr(b, f) for f in MATURITY_FIELDS})
+    steps.append(Step(f"+ {resolve_round(to_round)} kernel maturity and host overhead", on_a, at(mature)))
     if b.engine != a.engine:
         mature = mature.model_copy(update={"engine": b.engine})
         steps.append(Step(f"+ {resolve_round(to_round)} engine settings (batch and token limits, graphs, gate, streaming)",
-                          on_a, predict(None, None, None, accelerators, inputs=inputs, preset=mature)))
+                          on_a, at(mature)))
     applied = {e["kind"]: e for e in a.optimizations}
     applied.update({e["kind"]: e for e in b.optimizations})
     b_choices = {e["kind"]: e for e in b.choices}
-    on = on_a
+    on, step = on_a, mature
     for k in ORDER:
         if k in pb and (k not in pa or pb[k] != pa[k]):
             on = tuple(x for x in ORDER if x in set(on) | {k})
@@ -136,9 +138,10 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
                 "optimizations": [applied[x] for x in on if x in applied and x not in b_choices],
                 "choices": [b_choices[x] for x in on if x in b_choices]})
             label = f"+ {k}" if k not in pa else f"~ {k} ({', '.join(f'{p}={v}' for p, v in pb[k].items())})"
-            steps.append(Step(label, on, predict(None, None, None, accelerators, inputs=inputs, preset=step)))
+            steps.append(Step(label, on, at(step)))
+    same = all(getattr(step, f) == getattr(b, f) for f in MATURITY_FIELDS + ("engine", "optimizations", "choices"))
     steps.append(Step(f"{resolve_round(to_round)} software (search picks the choices)", tuple(pb),
-                      predict(None, None, None, accelerators, inputs=inputs, preset=b)))
+                      steps[-1].prediction if same else at(b)))
     return Ablation([s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)], [], skipped)
 
 
