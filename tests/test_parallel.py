@@ -236,6 +236,32 @@ def test_expert_tp_reduction_carries_every_token_of_the_expert_group():
     assert float(ops["moe_dispatch"].bytes) == pytest.approx(1000 / 8 * 8 * (1 - (7 / 8) ** 8) * 7168 * 1.0, rel=1e-12)
 
 
+def test_expert_tp_permutes_and_finalizes_every_token_on_every_gpu():
+    # DeepSeek-R1 (h = 7168, top-8), 1000 decode tokens in the step, fp8 activations (1 B), 16-bit outputs.
+    # tp = 8, ep = 1 (expert TP 8): every GPU permutes all 1000 tokens into 8000 expert rows and
+    #   finalizes 8000 rows back into 1000 tokens. Charged beyond a rank's 1/8 share, 7/8 of it:
+    #   permute 7/8 · (1000 + 8000) · 7168 · 1 B = 56,448,000 B; finalize 7/8 · (8000 + 1000) · 7168 · 2 B
+    #   = 112,896,000 B.
+    # tp = 8, ep = 8 (EP): each rank permutes only its own share, inside the calibrated efficiency: 0 B.
+    # tp = 16, ep = 8 (expert TP 2): half of the rank's rows are beyond its 1/16 share.
+    from infersim.graph import Shape, moe_ops
+
+    shape = Shape(decode_seqs=1000.0)
+
+    def ops(tp, ep):
+        return {op.name: op for op in moe_ops(R1, shape, Layout(tp=tp, ep=ep, dp=tp), FP8, 58)}
+
+    tp8 = ops(8, 1)
+    assert float(tp8["experts_permute"].bytes) == pytest.approx(7 / 8 * 9000 * 7168 * 1.0, rel=1e-12)
+    assert float(tp8["experts_finalize"].bytes) == pytest.approx(7 / 8 * 9000 * 7168 * 2.0, rel=1e-12)
+    assert not tp8["experts_finalize"].fusable  # a gather-reduce, not an epilogue: fusion keeps it
+    ep8 = ops(8, 8)
+    assert float(ep8["experts_permute"].bytes) == 0.0 and float(ep8["experts_finalize"].bytes) == 0.0
+    hybrid = ops(16, 8)  # 1000 · 8/8 rows on the rank; 1000 · (1 − (7/8)^8) tokens reach its EP group
+    assert float(hybrid["experts_finalize"].bytes) == pytest.approx(0.5 * (1000 + 1000 * (1 - (7 / 8) ** 8)) * 7168 * 2,
+                                                                     rel=1e-12)
+
+
 # ---- search.evaluate: masks, reasons, array == scalar --------------------------------------------------------
 
 
