@@ -7,6 +7,7 @@ Prints, for DeepSeek-R1 on GB300 NVL72 (v6.0 preset):
   mlperf_submission_configs.md 1e) at its capacity (the highest load meeting p99 TTFT/TPOT) and at
   the load the run was driven at (410 queries/s target; the run reported p99 TTFT 0.74 s and TPOT
   60.6 ms), then the search with DEP width, disaggregation and MTP freed one after another;
+- Server, DEP8: the step with and without MTP-1 (what the search's MTP choice rests on);
 - the wide_ep ablation on 72 GPUs, Interactive (effects.md section 4);
 - EP8 vs expert-TP8 on 8 B200, 1K/2K max throughput (TRT-LLM blog 3: 2.42x);
 - 9 B200 GPUs, Server: the instance used and the idle GPUs.
@@ -72,6 +73,16 @@ def main() -> None:
                     ("layout searched + disagg, no MTP", dict(disable=["mtp"])),
                     ("layout searched + disagg + MTP (optimum)", {})):
         line(tag, predict(H, M, SERVER, 288, round="v6.0", **kw), RECORDS[SERVER])
+
+    print("\nServer, 288 GPUs, DEP8 aggregated: what MTP-1 costs per step (same layout, batch searched)")
+    for tag, kw in (("no MTP", dict(disable=["mtp", "disagg"])),
+                    ("MTP 1", dict(enable=["mtp"], disable=["disagg"], params={"mtp": {"depth": 1}}))):
+        p = predict(H, M, SERVER, 288, round="v6.0", tp=8, ep=8, dp=8, **kw)
+        by = p.breakdown["by_kind_s"]
+        print(f"  {tag:<7} {p.metrics['tokens_per_s_per_accelerator']:>6,.0f}/GPU  batch {p.config['batch']:.0f}  "
+              f"tokens/step {p.config['tokens_per_step']:.2f}  step {1e3 * p.breakdown['step_s']:.1f} ms (gemm "
+              f"{1e3 * by['gemm']:.1f}, attention {1e3 * by['attention']:.1f}, comm {1e3 * by['comm']:.1f}, "
+              f"overhead {1e3 * by['overhead']:.1f})")
 
     print("\nwide_ep ablation, 72 GPUs, Interactive (published: 2.42x EP vs TP alone, up to 6.17x with disagg/EPLB/MTP)")
     full = predict(H, M, "mlperf-deepseek-r1-interactive", 72, round="v6.0")
