@@ -6,7 +6,7 @@ Prints, for DeepSeek-R1 on GB300 NVL72 (v6.0 preset):
 - Server, lever by lever: the submission's own deployment (36 x DEP8, aggregated, no MTP,
   mlperf_submission_configs.md 1e) at its capacity (the highest load meeting p99 TTFT/TPOT) and at
   the load the run was driven at (410 queries/s target; the run reported p99 TTFT 0.74 s and TPOT
-  60.6 ms), then the search with DEP width, disaggregation and MTP freed one after another;
+  60.6 ms), the same deployment on 72 GPUs at capacity against Nebius's x72 run of it, then the search with DEP width, disaggregation and MTP freed one after another;
 - Server, DEP8: the step with and without MTP-1 (what the search's MTP choice rests on);
 - the wide_ep ablation on 72 GPUs, Interactive (effects.md section 4);
 - EP8 vs expert-TP8 on 8 B200, 1K/2K max throughput (TRT-LLM blog 3: 2.42x);
@@ -25,6 +25,10 @@ H, M = "gb300-nvl72", "deepseek-r1"
 SERVER, OFFLINE = "mlperf-deepseek-r1-server", "mlperf-deepseek-r1-offline"
 RECORDS = {OFFLINE: 2_494_310.0, SERVER: 1_555_110.0}
 """v6.0 NVIDIA GB300-NVL72 x288 DeepSeek-R1 tokens/s (shared/reference/mlperf_llm_results.csv)."""
+NEBIUS_X72_SERVER = 575_580.0
+"""v6.0 Nebius GB300-NVL72 x72 DeepSeek-R1 Server tokens/s (mlperf_llm_results.csv): NVIDIA's x72 DEP8
+Server recipe with isl_load_balancing, metrics off and target 165 q/s instead of 110
+(mlperf_submission_configs.md 1c): the same deployment driven to its TPOT limit."""
 SUBMISSION = dict(tp=8, ep=8, dp=8, batch=640, disable=["mtp", "disagg"])
 """The x288 Server deployment: 36 x DEP8 aggregated, max_batch_size 640 per rank, no speculative
 decoding (shared/reference/mlperf_submission_configs.md 1e; mlperf_engine_settings.csv)."""
@@ -68,6 +72,11 @@ def main() -> None:
          RECORDS[SERVER])
     line("submission deployment at the driven 410 q/s", predict(H, M, SERVER, 288, qps=410.0, round="v6.0", **SUBMISSION),
          RECORDS[SERVER])
+    q72 = max_qps(72, **SUBMISSION)
+    p72 = predict(H, M, SERVER, 72, qps=q72, round="v6.0", **SUBMISSION)
+    print(f"  same deployment on 72 GPUs at capacity ({q72:.0f} q/s): {p72.metrics['tokens_per_s_per_accelerator']:,.0f}/GPU "
+          f"against Nebius x72 driven to the TPOT limit {NEBIUS_X72_SERVER / 72:,.0f}/GPU "
+          f"({100 * (p72.metrics['tokens_per_s'] / NEBIUS_X72_SERVER - 1):+.1f} %)")
     for tag, kw in (("DEP8, batch searched, no MTP/disagg", dict(tp=8, ep=8, dp=8, disable=["mtp", "disagg"])),
                     ("layout searched, no MTP/disagg", dict(disable=["mtp", "disagg"])),
                     ("layout searched + disagg, no MTP", dict(disable=["mtp"])),
