@@ -133,14 +133,23 @@ def test_candidate_layouts_moe_respect_ep_and_dp_rules():
 
 
 def test_candidate_layouts_on_nvl72_reach_wide_ep_and_non_powers_of_two():
-    # GB300 NVL72, 72 GPUs, EP allowed up to the domain: instances of 9, 18, 36, 72 GPUs exist, EP72
-    # with 256 experts (4 slots per rank, 32 redundant) is a candidate, and so is EP16 on 16 GPUs.
-    plan = Plan(hardware=S.hardware("gb300-nvl72"), model=R1, formats=FP8,
+    # GB300 NVL72, 72 GPUs, EP allowed up to the domain, with an expert load balancer: instances of
+    # 9, 18, 36, 72 GPUs exist, EP72 with 256 experts (4 slots per rank, 32 redundant) is a
+    # candidate, and so is EP16 on 16 GPUs.
+    plan = Plan(hardware=S.hardware("gb300-nvl72"), model=R1, formats=FP8, eplb_efficiency=0.9,
                 search=SearchSpace(attention_dp=True, ep_max=72))
     lay = parallel.candidate_layouts(plan, 72)
     rows = set(zip(*(lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))))
     assert {(72, 1, 72, 72), (16, 1, 16, 16), (36, 1, 36, 36), (72, 1, 36, 72), (9, 1, 9, 9)} <= rows
     assert {int(t) for t in lay["tp"]} >= {9, 18, 24, 36, 64, 72}
+    # without a balancer every rank holds E/ep whole experts: ep divides 256 (EP16, EP64 stay; EP9,
+    # EP36, EP72 go, and with them the 9-, 36- and 72-GPU instances, whose expert TP would not divide
+    # the 2048-wide experts either)
+    lay = parallel.candidate_layouts(replace(plan, eplb_efficiency=0.0), 72)
+    rows = set(zip(*(lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))))
+    assert {(16, 1, 16, 16), (64, 1, 64, 64), (64, 1, 32, 64)} <= rows
+    assert np.all(256 % lay["ep"] == 0)
+    assert not {(72, 1, 72, 72), (36, 1, 36, 36), (9, 1, 9, 9)} & rows
 
 
 def test_instances_need_not_use_every_accelerator():
