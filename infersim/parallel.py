@@ -3,8 +3,9 @@
 An instance is tp GPUs per stage × pp stages. Attention runs attention-TP (tp/dp) × attention-DP
 (dp) over the tp GPUs, MoE layers expert-parallel (ep) × expert-TP (tp/ep) over the same GPUs,
 as in TensorRT-LLM / SGLang (DEP16 = tp 16, dp 16, ep 16). Weights shard by attention-TP
-(attention, dense MLP, shared experts), by ⌈E/ep⌉ expert slots / expert-TP for routed experts,
-and by pp over layers. The KV cache of a sequence lives on the attention rank
+(attention, dense MLP, shared experts), by ⌈E/ep⌉ expert slots / expert-TP for routed experts
+(ep divides E unless an expert load balancer fills spare slots with redundant experts), and by
+pp over layers. The KV cache of a sequence lives on the attention rank
 that serves it; GQA heads split over attention-TP (replicated below n_kv_heads), the MLA latent
 does not split. Usable memory = capacity − reserve − weights − activations, times kv_fraction.
 """
