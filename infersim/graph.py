@@ -440,11 +440,12 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
     # finalize: each token's k expert outputs (16 bit) weighted and summed back into token order.
     # Charged beyond an EP rank's own share (1 - ep/tp of the rows): that share is inside the
     # calibrated grouped-GEMM efficiency, fitted where ranks hold whole experts.
-    moved = (1.0 - 1.0 / mt) * (group_tokens + assignments) * h  # elements read + written beyond the share
-    ops += [
-        Op("experts_permute", OpKind.ELEMENTWISE, layers, bytes=moved * fmt.ab, block="moe"),
-        Op("experts_finalize", OpKind.ELEMENTWISE, layers, bytes=moved * HIDDEN_BYTES, block="moe"),
-    ]
+    if np.any(np.asarray(mt) > 1):  # nothing beyond the share where every rank holds whole experts
+        moved = (1.0 - 1.0 / mt) * (group_tokens + assignments) * h  # elements read + written beyond it
+        ops += [
+            Op("experts_permute", OpKind.ELEMENTWISE, layers, bytes=moved * fmt.ab, block="moe"),
+            Op("experts_finalize", OpKind.ELEMENTWISE, layers, bytes=moved * HIDDEN_BYTES, block="moe"),
+        ]
     ops += [
         collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * g * h * disp, layout.ep, layers, "moe"),
         collective("moe_combine", Collective.ALL_TO_ALL, t_rank * g * h * HIDDEN_BYTES, layout.ep, layers, "moe"),

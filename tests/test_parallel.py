@@ -265,7 +265,7 @@ def test_expert_tp_permutes_and_finalizes_every_token_on_every_gpu():
     assert float(tp8["experts_finalize"].bytes) == pytest.approx(7 / 8 * 9000 * 7168 * 2.0, rel=1e-12)
     assert not tp8["experts_finalize"].fusable  # a gather-reduce, not an epilogue: fusion keeps it
     ep8 = ops(8, 8)
-    assert float(ep8["experts_permute"].bytes) == 0.0 and float(ep8["experts_finalize"].bytes) == 0.0
+    assert "experts_permute" not in ep8 and "experts_finalize" not in ep8
     hybrid = ops(16, 8)  # 1000 · 8/8 rows on the rank; 1000 · (1 − (7/8)^8) tokens reach its EP group
     assert float(hybrid["experts_finalize"].bytes) == pytest.approx(0.5 * (1000 + 1000 * (1 - (7 / 8) ** 8)) * 7168 * 2,
                                                                      rel=1e-12)
