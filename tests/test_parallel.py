@@ -251,7 +251,7 @@ def test_expert_tp_permutes_and_finalizes_every_token_on_every_gpu():
     #   finalizes 8000 rows back into 1000 tokens. Charged beyond a rank's 1/8 share, 7/8 of it:
     #   permute 7/8 · (1000 + 8000) · 7168 · 1 B = 56,448,000 B; finalize 7/8 · (8000 + 1000) · 7168 · 2 B
     #   = 112,896,000 B.
-    # tp = 8, ep = 8 (EP): each rank permutes only its own share, inside the calibrated efficiency: 0 B.
+    # tp = 8, ep = 8 (EP): each rank permutes only its own share, inside the calibrated efficiency: no op.
     # tp = 16, ep = 8 (expert TP 2): half of the rank's rows are beyond its 1/16 share.
     from infersim.graph import Shape, moe_ops
 
