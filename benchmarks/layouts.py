@@ -6,7 +6,8 @@ Prints, for DeepSeek-R1 on GB300 NVL72 (v6.0 preset):
 - Server, lever by lever: the submission's own deployment (36 x DEP8, aggregated, no MTP,
   mlperf_submission_configs.md 1e) at its capacity (the highest load meeting p99 TTFT/TPOT) and at
   the load the run was driven at (410 queries/s target; the run reported p99 TTFT 0.74 s and TPOT
-  60.6 ms), then the search with DEP width, disaggregation and MTP freed one after another;
+  60.6 ms), the same deployment on 72 GPUs at capacity against Nebius's x72 run of it, then the search with DEP width, disaggregation and MTP freed one after another;
+- Server, DEP8: the step with and without MTP-1 (what the search's MTP choice rests on);
 - the wide_ep ablation on 72 GPUs, Interactive (effects.md section 4);
 - EP8 vs expert-TP8 on 8 B200, 1K/2K max throughput (TRT-LLM blog 3: 2.42x);
 - 9 B200 GPUs, Server: the instance used and the idle GPUs.
@@ -24,6 +25,10 @@ H, M = "gb300-nvl72", "deepseek-r1"
 SERVER, OFFLINE = "mlperf-deepseek-r1-server", "mlperf-deepseek-r1-offline"
 RECORDS = {OFFLINE: 2_494_310.0, SERVER: 1_555_110.0}
 """v6.0 NVIDIA GB300-NVL72 x288 DeepSeek-R1 tokens/s (shared/reference/mlperf_llm_results.csv)."""
+NEBIUS_X72_SERVER = 575_580.0
+"""v6.0 Nebius GB300-NVL72 x72 DeepSeek-R1 Server tokens/s (mlperf_llm_results.csv): NVIDIA's x72 DEP8
+Server recipe with isl_load_balancing, metrics off and target 165 q/s instead of 110
+(mlperf_submission_configs.md 1c): the same deployment driven to its TPOT limit."""
 SUBMISSION = dict(tp=8, ep=8, dp=8, batch=640, disable=["mtp", "disagg"])
 """The x288 Server deployment: 36 x DEP8 aggregated, max_batch_size 640 per rank, no speculative
 decoding (shared/reference/mlperf_submission_configs.md 1e; mlperf_engine_settings.csv)."""
@@ -67,11 +72,26 @@ def main() -> None:
          RECORDS[SERVER])
     line("submission deployment at the driven 410 q/s", predict(H, M, SERVER, 288, qps=410.0, round="v6.0", **SUBMISSION),
          RECORDS[SERVER])
+    q72 = max_qps(72, **SUBMISSION)
+    p72 = predict(H, M, SERVER, 72, qps=q72, round="v6.0", **SUBMISSION)
+    print(f"  same deployment on 72 GPUs at capacity ({q72:.0f} q/s): {p72.metrics['tokens_per_s_per_accelerator']:,.0f}/GPU "
+          f"against Nebius x72 driven to the TPOT limit {NEBIUS_X72_SERVER / 72:,.0f}/GPU "
+          f"({100 * (p72.metrics['tokens_per_s'] / NEBIUS_X72_SERVER - 1):+.1f} %)")
     for tag, kw in (("DEP8, batch searched, no MTP/disagg", dict(tp=8, ep=8, dp=8, disable=["mtp", "disagg"])),
                     ("layout searched, no MTP/disagg", dict(disable=["mtp", "disagg"])),
                     ("layout searched + disagg, no MTP", dict(disable=["mtp"])),
                     ("layout searched + disagg + MTP (optimum)", {})):
         line(tag, predict(H, M, SERVER, 288, round="v6.0", **kw), RECORDS[SERVER])
+
+    print("\nServer, 288 GPUs, DEP8 aggregated: what MTP-1 costs per step (same layout, batch searched)")
+    for tag, kw in (("no MTP", dict(disable=["mtp", "disagg"])),
+                    ("MTP 1", dict(enable=["mtp"], disable=["disagg"], params={"mtp": {"depth": 1}}))):
+        p = predict(H, M, SERVER, 288, round="v6.0", tp=8, ep=8, dp=8, **kw)
+        by = p.breakdown["by_kind_s"]
+        print(f"  {tag:<7} {p.metrics['tokens_per_s_per_accelerator']:>6,.0f}/GPU  batch {p.config['batch']:.0f}  "
+              f"tokens/step {p.config['tokens_per_step']:.2f}  step {1e3 * p.breakdown['step_s']:.1f} ms (gemm "
+              f"{1e3 * by['gemm']:.1f}, attention {1e3 * by['attention']:.1f}, comm {1e3 * by['comm']:.1f}, "
+              f"overhead {1e3 * by['overhead']:.1f})")
 
     print("\nwide_ep ablation, 72 GPUs, Interactive (published: 2.42x EP vs TP alone, up to 6.17x with disagg/EPLB/MTP)")
     full = predict(H, M, "mlperf-deepseek-r1-interactive", 72, round="v6.0")
@@ -80,16 +100,18 @@ def main() -> None:
     line("without wide_ep", narrow)
     print(f"  gain {full.metrics['tokens_per_s'] / narrow.metrics['tokens_per_s']:.2f}x")
 
-    print("\nEP8 vs expert-TP8, 8 x B200, 1K/2K max throughput, attention DP (TRT-LLM blog 3: 2.42x)")
+    print("\nEP8 vs expert-TP8, 8 x B200, 1K/2K max throughput, attention DP (TRT-LLM blog 3: 2.42x at concurrency 4000)")
     trt3 = dict(isl=1024, osl=2048, round="v6.0", tp=8, dp=8)
-    ep = predict("b200", M, "batch-1k-1k", 8, ep=8, **trt3)
-    tp = predict("b200", M, "batch-1k-1k", 8, ep=1, **trt3)
-    for tag, p in (("EP8", ep), ("expert TP8", tp)):
-        by = p.breakdown["by_kind_s"]
-        print(f"  {tag:<11} {p.metrics['tokens_per_s']:>10,.0f} tok/s  batch {p.config['batch']:.0f}  step "
-              f"{1e3 * p.breakdown['step_s']:.1f} ms (gemm {1e3 * by['gemm']:.1f}, attention {1e3 * by['attention']:.1f}, "
-              f"comm {1e3 * by['comm']:.1f})")
-    print(f"  gain {ep.metrics['tokens_per_s'] / tp.metrics['tokens_per_s']:.2f}x")
+    for batch in (None, 4000.0):
+        ep = predict("b200", M, "batch-1k-1k", 8, ep=8, batch=batch, **trt3)
+        tp = predict("b200", M, "batch-1k-1k", 8, ep=1, batch=batch, **trt3)
+        for tag, p in (("EP8", ep), ("expert TP8", tp)):
+            by = p.breakdown["by_kind_s"]
+            print(f"  {tag:<11} {p.metrics['tokens_per_s']:>10,.0f} tok/s  batch {p.config['batch']:.0f}  step "
+                  f"{1e3 * p.breakdown['step_s']:.1f} ms (gemm {1e3 * by['gemm']:.1f}, attention {1e3 * by['attention']:.1f}, "
+                  f"permute/finalize {1e3 * by['elementwise']:.1f}, comm {1e3 * by['comm']:.1f})")
+        print(f"  gain {ep.metrics['tokens_per_s'] / tp.metrics['tokens_per_s']:.2f}x "
+              f"({'batch searched' if batch is None else 'concurrency 4000, as in the blog'})")
 
     print("\n9 x B200, Server")
     line("optimum", predict("b200", M, SERVER, 9, round="v6.0"))

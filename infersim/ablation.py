@@ -51,8 +51,16 @@ class Step:
 
 
 def _run(inputs: Inputs, n: int | None, preset: PresetSpec, on: tuple[str, ...], params: dict) -> Prediction:
+    """The preset's software limited to the levers ``on``: a lever the preset offers as a choice
+    stays a choice (the search may leave it off and searches its variants, e.g. MTP depth), as in
+    ``infersim run``; a lever the preset lacks (``--lever``) is forced on with ``params``."""
+    step = preset.model_copy(update={"optimizations": [e for e in preset.optimizations if e["kind"] in on],
+                                     "choices": [e for e in preset.choices if e["kind"] in on]})
+    in_preset = {e["kind"] for e in list(preset.optimizations) + list(preset.choices)}
+    extra = [k for k in on if k not in in_preset]
     off = [k for k in opt.REGISTRY if k not in on]
-    return predict(None, None, None, n, inputs=inputs, preset=preset, enable=list(on), disable=off, params=params)
+    return predict(None, None, None, n, inputs=inputs, preset=step, enable=extra, disable=off,
+                   params={k: params[k] for k in extra if params.get(k)})
 
 
 def _levers(preset: PresetSpec, inputs: Inputs, skipped: dict[str, str] | None = None) -> dict[str, dict]:

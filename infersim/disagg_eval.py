@@ -106,7 +106,7 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     isl_tail = np.sqrt(stats.isl_sq) / max(stats.isl_mean, 1e-9)
     kv = kv_transfer_time(plan, plen, size, accelerators, inside) * plan.serving.kv_transfer_exposed
     t_fixed = t_alone * isl_tail + kv
-    ok = parallel.layout_feasibility(plan.model, lay, accelerators)[0][:, 0]
+    ok = parallel.layout_feasibility(plan.model, lay, accelerators, parallel.redundant_slots(plan))[0][:, 0]
     ok &= (parallel.kv_budget_per_device(plan, lay, chunk)[:, 0] > 0) & np.isfinite(mu) & (mu > 0)
     keep = []
     for i in np.flatnonzero(ok):  # candidate layouts (not grid points): Pareto per worker size

@@ -395,6 +395,17 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
     expert-TP shards each hold a partial sum of every token their EP group received, so the
     reduction (all-gather in + reduce-scatter out ≈ one all-reduce) carries those
     T·g/ep·imbalance tokens, not 1/tp of them: with ep = 1 it is all T tokens of the step.
+    Around the grouped GEMMs run two memory-bound kernels over the same rows (TensorRT-LLM's
+    CUTLASS MoE: expand-input-rows and finalize-routing): the permute reads the rank's tokens and
+    writes one row per assignment, the finalize reads the assignments' 16-bit outputs and writes
+    one sum per token. They are not elementwise epilogues, so fusion keeps them. Under expert TP
+    (ep < tp) each rank permutes and finalizes k/ep of every token, not k/tp: with ep = 1 all
+    T·k rows on every GPU, 8x an EP8 rank's (TRT-LLM tech blog 3: TP needs the MoE work for all
+    tokens on every GPU). Only the rows beyond a rank's 1/tp share, a fraction 1 − ep/tp, are
+    charged: the share itself is in the calibrated MoE efficiencies (``moe_kernel_efficiency``,
+    ``gemm_m_half``), fitted on layouts whose ranks hold whole experts; charging it too moved the
+    validated DeepSeek-R1 rows by −1 … −9 % (all rows 8.6 → 8.8 % median error, before a refit).
+    At ep = tp (EP, or one GPU) both ops are empty and cost nothing.
     """
     moe = model.moe
     h, E, k, inter = model.hidden_size, moe.n_routed_experts, moe.top_k, moe.expert_intermediate_size
@@ -425,6 +436,16 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
         ]
     disp = fmt.ab if dispatch_bytes is None else dispatch_bytes
     group_tokens = np.minimum(T * g / layout.ep * imbalance, T)
+    # permute: the rank's tokens copied into expert-grouped rows (one row per assignment);
+    # finalize: each token's k expert outputs (16 bit) weighted and summed back into token order.
+    # Charged beyond an EP rank's own share (1 - ep/tp of the rows): that share is inside the
+    # calibrated grouped-GEMM efficiency, fitted where ranks hold whole experts.
+    if np.any(np.asarray(mt) > 1):  # nothing beyond the share where every rank holds whole experts
+        moved = (1.0 - 1.0 / mt) * (group_tokens + assignments) * h  # elements read + written beyond it
+        ops += [
+            Op("experts_permute", OpKind.ELEMENTWISE, layers, bytes=moved * fmt.ab, block="moe"),
+            Op("experts_finalize", OpKind.ELEMENTWISE, layers, bytes=moved * HIDDEN_BYTES, block="moe"),
+        ]
     ops += [
         collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * g * h * disp, layout.ep, layers, "moe"),
         collective("moe_combine", Collective.ALL_TO_ALL, t_rank * g * h * HIDDEN_BYTES, layout.ep, layers, "moe"),

@@ -3,8 +3,9 @@
 An instance is tp GPUs per stage × pp stages. Attention runs attention-TP (tp/dp) × attention-DP
 (dp) over the tp GPUs, MoE layers expert-parallel (ep) × expert-TP (tp/ep) over the same GPUs,
 as in TensorRT-LLM / SGLang (DEP16 = tp 16, dp 16, ep 16). Weights shard by attention-TP
-(attention, dense MLP, shared experts), by ⌈E/ep⌉ expert slots / expert-TP for routed experts,
-and by pp over layers. The KV cache of a sequence lives on the attention rank
+(attention, dense MLP, shared experts), by ⌈E/ep⌉ expert slots / expert-TP for routed experts
+(ep divides E unless an expert load balancer fills spare slots with redundant experts), and by
+pp over layers. The KV cache of a sequence lives on the attention rank
 that serves it; GQA heads split over attention-TP (replicated below n_kv_heads), the MLA latent
 does not split. Usable memory = capacity − reserve − weights − activations, times kv_fraction.
 """
@@ -110,6 +111,12 @@ def redundant_experts(model: ModelSpec, layout: Layout):
     return expert_slots_per_rank(model, layout) * layout.ep - model.moe.n_routed_experts
 
 
+def redundant_slots(plan: Plan) -> bool:
+    """Whether an expert load balancer runs (``plan.eplb_efficiency`` > 0, set by ``wide_ep``), so
+    EP ranks may hold spare slots with redundant experts and ep need not divide the expert count."""
+    return plan.eplb_efficiency > 0
+
+
 def _feasible_rows(plan: Plan, rows: list[tuple], accelerators: int) -> list[tuple]:
     """Rows that divide the model and whose weights fit; all rows when none pass (their reasons
     are then reported)."""
@@ -117,7 +124,7 @@ def _feasible_rows(plan: Plan, rows: list[tuple], accelerators: int) -> list[tup
         return rows
     arr = np.array(rows, dtype=float)
     lay = Layout(tp=arr[:, 0], pp=arr[:, 1], ep=arr[:, 2], dp=arr[:, 3])
-    ok = layout_feasibility(plan.model, lay, accelerators)[0]
+    ok = layout_feasibility(plan.model, lay, accelerators, redundant_slots(plan))[0]
     divisible = [r for r, good in zip(rows, ok) if good]
     fits = ok & (kv_budget_per_device(plan, lay, 0.0) > 0)
     return [r for r, good in zip(rows, fits) if good] or divisible or rows
@@ -176,13 +183,17 @@ def layout_axis(layouts: dict[str, np.ndarray]) -> Layout:
                   dp=layouts["dp"][:, None])
 
 
-def layout_feasibility(model: ModelSpec, layout: Layout, accelerators):
+def layout_feasibility(model: ModelSpec, layout: Layout, accelerators, redundant_slots: bool = True):
     """Divisibility mask and reason codes for layout arrays.
 
     dp and ep divide tp; attention TP (tp/dp) divides the query heads (and divides or is a
     multiple of the KV heads); expert TP (tp/ep) divides the expert width; an instance fits the
-    accelerators (tp·pp ≤ count, leftover GPUs idle). ep need not divide the expert count:
-    ⌈E/ep⌉ slots per rank, the spare ones holding redundant experts.
+    accelerators (tp·pp ≤ count, leftover GPUs idle). With ``redundant_slots`` (an expert load
+    balancer runs) ep need not divide the expert count: ⌈E/ep⌉ slots per rank, the spare ones
+    holding redundant experts. Without one, every rank holds the same E/ep experts, so ep divides
+    E: TensorRT-LLM 1.x sets the slot count to E without a load balancer and asserts that ep
+    divides it (tensorrt_llm/_torch/modules/fused_moe MoeLoadBalancerConfig.setup); EP9 or EP12
+    over DeepSeek's 256 experts need EPLB's redundant slots (e.g. 288).
     """
     ok = np.ones(np.broadcast(layout.tp, layout.pp, layout.ep, layout.dp).shape, dtype=bool)
     reason = np.zeros(ok.shape, dtype=np.int16)
@@ -198,6 +209,8 @@ def layout_feasibility(model: ModelSpec, layout: Layout, accelerators):
         ok, reason = require(ok, reason, np.mod(model.moe.expert_intermediate_size, layout.moe_tp) == 0,
                              Reason.DIVISIBILITY)
         ok, reason = require(ok, reason, layout.ep <= model.moe.n_routed_experts, Reason.DIVISIBILITY)
+        if not redundant_slots:
+            ok, reason = require(ok, reason, np.mod(model.moe.n_routed_experts, layout.ep) == 0, Reason.DIVISIBILITY)
     else:
         ok, reason = require(ok, reason, np.asarray(layout.ep) == 1, Reason.DIVISIBILITY)
     ok, reason = require(ok, reason, layout.pp <= model.n_layers, Reason.DIVISIBILITY)

@@ -59,7 +59,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     batch = np.asarray(plan.search.batch if plan.search.batch else
                        (batch_grid(layouts) if batch_axis is None else batch_axis),
                        dtype=float)[None, :]
-    ok, reason = parallel.layout_feasibility(plan.model, layout, accelerators)
+    ok, reason = parallel.layout_feasibility(plan.model, layout, accelerators, parallel.redundant_slots(plan))
     ok = np.broadcast_to(ok, (len(layouts["tp"]), batch.shape[1])).copy()
     reason = np.broadcast_to(reason, ok.shape).copy()
     q = 1.0 + plan.serving.draft_depth

@@ -178,6 +178,22 @@ def test_ablation_skips_levers_that_cannot_act_and_says_why():
     assert "mixture-of-experts" in ab.skipped["wide_ep"]
 
 
+def test_ablation_with_every_lever_on_is_the_run_prediction():
+    """The waterfall's last step and the leave-one-out reference are the round's software as
+    ``infersim run`` predicts it: a lever the preset offers as a choice stays a choice there (the
+    search may leave it off and tries every MTP depth up to the preset's), not forced on at the
+    preset's depth. Before, MTP was forced at depth 3 and disaggregation on, so GB300 x72
+    Interactive read 2,850 tokens/s/GPU under ablate against 3,315 under run."""
+    from infersim.ablation import waterfall
+
+    ab = waterfall("b200", "deepseek-r1", "mlperf-deepseek-r1-interactive", 8, round="v6.0")
+    run = api.predict("b200", "deepseek-r1", "mlperf-deepseek-r1-interactive", 8, round="v6.0")
+    assert ab.rows[-1]["tokens_per_s_per_accelerator"] == pytest.approx(run.metrics["tokens_per_s_per_accelerator"],
+                                                                          rel=1e-12)
+    assert ab.rows[-1]["config"]["mtp_depth"] == run.config["mtp_depth"]
+    assert ab.rows[0]["config"]["mtp_depth"] == 0 and not ab.rows[0]["config"]["disaggregated"]
+
+
 def test_set_fixes_the_mtp_depth_exactly():
     """Issue 14's reproducer: --set mtp.depth=3 must mean 3, not 'at most 3'."""
     query = Query.build("b200", None, "mlperf-deepseek-r1-interactive", 8, enable=["mtp"], params={"mtp": {"depth": 3}})

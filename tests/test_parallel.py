@@ -133,14 +133,23 @@ def test_candidate_layouts_moe_respect_ep_and_dp_rules():
 
 
 def test_candidate_layouts_on_nvl72_reach_wide_ep_and_non_powers_of_two():
-    # GB300 NVL72, 72 GPUs, EP allowed up to the domain: instances of 9, 18, 36, 72 GPUs exist, EP72
-    # with 256 experts (4 slots per rank, 32 redundant) is a candidate, and so is EP16 on 16 GPUs.
-    plan = Plan(hardware=S.hardware("gb300-nvl72"), model=R1, formats=FP8,
+    # GB300 NVL72, 72 GPUs, EP allowed up to the domain, with an expert load balancer: instances of
+    # 9, 18, 36, 72 GPUs exist, EP72 with 256 experts (4 slots per rank, 32 redundant) is a
+    # candidate, and so is EP16 on 16 GPUs.
+    plan = Plan(hardware=S.hardware("gb300-nvl72"), model=R1, formats=FP8, eplb_efficiency=0.9,
                 search=SearchSpace(attention_dp=True, ep_max=72))
     lay = parallel.candidate_layouts(plan, 72)
     rows = set(zip(*(lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))))
     assert {(72, 1, 72, 72), (16, 1, 16, 16), (36, 1, 36, 36), (72, 1, 36, 72), (9, 1, 9, 9)} <= rows
     assert {int(t) for t in lay["tp"]} >= {9, 18, 24, 36, 64, 72}
+    # without a balancer every rank holds E/ep whole experts: ep divides 256 (EP16, EP64 stay; EP9,
+    # EP36, EP72 go, and with them the 9-, 36- and 72-GPU instances, whose expert TP would not divide
+    # the 2048-wide experts either)
+    lay = parallel.candidate_layouts(replace(plan, eplb_efficiency=0.0), 72)
+    rows = set(zip(*(lay[k].astype(int) for k in ("tp", "pp", "ep", "dp"))))
+    assert {(16, 1, 16, 16), (64, 1, 64, 64), (64, 1, 32, 64)} <= rows
+    assert np.all(256 % lay["ep"] == 0)
+    assert not {(72, 1, 72, 72), (36, 1, 36, 36), (9, 1, 9, 9)} & rows
 
 
 def test_instances_need_not_use_every_accelerator():
@@ -234,6 +243,32 @@ def test_expert_tp_reduction_carries_every_token_of_the_expert_group():
     # dispatch sends each token once per distinct destination rank: ep = 8 → 8·(1 − (7/8)^8) = 5.25 ranks
     ops = {op.name: op for op in moe_ops(R1, shape, Layout(tp=8, ep=8, dp=8), FP8, 58)}
     assert float(ops["moe_dispatch"].bytes) == pytest.approx(1000 / 8 * 8 * (1 - (7 / 8) ** 8) * 7168 * 1.0, rel=1e-12)
+
+
+def test_expert_tp_permutes_and_finalizes_every_token_on_every_gpu():
+    # DeepSeek-R1 (h = 7168, top-8), 1000 decode tokens in the step, fp8 activations (1 B), 16-bit outputs.
+    # tp = 8, ep = 1 (expert TP 8): every GPU permutes all 1000 tokens into 8000 expert rows and
+    #   finalizes 8000 rows back into 1000 tokens. Charged beyond a rank's 1/8 share, 7/8 of it:
+    #   permute 7/8 · (1000 + 8000) · 7168 · 1 B = 56,448,000 B; finalize 7/8 · (8000 + 1000) · 7168 · 2 B
+    #   = 112,896,000 B.
+    # tp = 8, ep = 8 (EP): each rank permutes only its own share, inside the calibrated efficiency: no op.
+    # tp = 16, ep = 8 (expert TP 2): half of the rank's rows are beyond its 1/16 share.
+    from infersim.graph import Shape, moe_ops
+
+    shape = Shape(decode_seqs=1000.0)
+
+    def ops(tp, ep):
+        return {op.name: op for op in moe_ops(R1, shape, Layout(tp=tp, ep=ep, dp=tp), FP8, 58)}
+
+    tp8 = ops(8, 1)
+    assert float(tp8["experts_permute"].bytes) == pytest.approx(7 / 8 * 9000 * 7168 * 1.0, rel=1e-12)
+    assert float(tp8["experts_finalize"].bytes) == pytest.approx(7 / 8 * 9000 * 7168 * 2.0, rel=1e-12)
+    assert not tp8["experts_finalize"].fusable  # a gather-reduce, not an epilogue: fusion keeps it
+    ep8 = ops(8, 8)
+    assert "experts_permute" not in ep8 and "experts_finalize" not in ep8
+    hybrid = ops(16, 8)  # 1000 · 8/8 rows on the rank; 1000 · (1 − (7/8)^8) tokens reach its EP group
+    assert float(hybrid["experts_finalize"].bytes) == pytest.approx(0.5 * (1000 + 1000 * (1 - (7 / 8) ** 8)) * 7168 * 2,
+                                                                     rel=1e-12)
 
 
 # ---- search.evaluate: masks, reasons, array == scalar --------------------------------------------------------

@@ -6,7 +6,9 @@ whole scale-up domain with it (e.g. 72 on an NVL72, EP72 over 256 experts with �
 GPU, the 32 spares holding redundant copies), or ``max_ep`` — beyond the domain the all-to-alls run
 hierarchically over the scale-out NICs (``infersim.comm``). ``plan.eplb_efficiency``: the load
 balancer places redundant copies of hot experts, removing that share of the popularity skew and of
-the uneven-placement skew when ep does not divide the expert count. ``plan.dispatch_bytes``:
+the uneven-placement skew when ep does not divide the expert count. Redundant slots exist only
+with a balancer: at ``eplb_efficiency`` 0 (the MLPerf presets: no EPLB) every rank holds E/ep whole
+experts and ep must divide E (``parallel.redundant_slots``). ``plan.dispatch_bytes``:
 dispatch quantized before the all-to-all. Spreading experts frees memory per GPU, so the KV cache
 — and the batch — can grow, and each GPU reads fewer expert weights per step; the search weighs
 that against the longer all-to-alls.
@@ -41,7 +43,8 @@ class WideEP(Transform):
     load_balancer: bool = True
     """Expert load balancer with redundant experts."""
     eplb_efficiency: float = Field(default=0.9, ge=0, le=1)
-    """Share of the popularity skew the balancer removes."""
+    """Share of the popularity skew the balancer removes; 0 means no balancer runs (no redundant
+    slots, so ep divides the expert count)."""
     dispatch_precision_bytes: float | None = Field(default=None, gt=0, le=4)
     """Bytes per element of quantized dispatch payloads (e.g. 1 for fp8); None keeps activations."""
 
