@@ -1,0 +1,140 @@
+"""Per-system recipes in the round presets (layout, checkpoint formats, token budget, stack) and
+their use by the prediction: the v6.0 Qwen3-VL runs (shared/reference/mlperf_engine_settings.csv
+v6.0 qwen3-vl rows and the vLLM command lines cited in presets/v6.0.yaml)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infersim import api
+from infersim.errors import SpecError
+from infersim.graph import Formats, Layout, Shape, vision_ops
+from infersim.optimizations.presets import PresetSpec, Stack, load_preset
+from infersim.specs import load_model
+from infersim.specs._base import validate_data
+
+VL = "qwen3-vl-235b-a22b"
+
+# (hardware, scenario kind) -> (tp, ep, weights, kv, vision attention, max_num_tokens), read off the
+# CSV's tensor_parallel_size / moe_expert_parallel_size / max_num_tokens columns and the recipes'
+# checkpoint, --kv-cache-dtype and VLLM_MM_ENCODER_FP8_ATTN (None: the recipe leaves it 'auto')
+RUNS = {
+    ("b200", "offline"): (1, 1, "fp4", None, "fp8", 4864),
+    ("b200", "server"): (1, 1, "fp4", None, "fp8", 4864),
+    ("gb200-nvl72", "offline"): (1, 1, "fp4", None, "fp8", 4864),
+    ("gb200-nvl72", "server"): (1, 1, "fp4", None, "fp8", 4864),
+    ("gb300-nvl72", "offline"): (1, 1, "fp4", None, "fp8", 13824),
+    ("gb300-nvl72", "server"): (1, 1, "fp4", None, "fp8", 8192),
+    ("b300", "offline"): (1, 1, "fp4", None, "bf16", 13824),
+    ("b300", "server"): (1, 1, "fp4", None, "bf16", 8192),
+    ("h200-sxm", "offline"): (4, 4, "fp8", "fp8", "bf16", 16384),
+    ("h200-sxm", "server"): (4, 4, "fp8", "fp8", "bf16", 16384),
+}
+
+
+@pytest.mark.parametrize("hw,kind", sorted(RUNS))
+def test_v60_qwen3_vl_recipe_per_system(hw, kind):
+    tp, ep, w, kv, va, tokens = RUNS[hw, kind]
+    p = load_preset("v6.0")
+    r = p.recipe_for(VL, kind, hw)
+    assert (r.stack, r.tp, r.pp, r.ep, r.dp) == (Stack.VLLM, tp, 1, ep, 1)
+    assert (r.weights, r.kv_cache, r.vision_attention) == (w, kv, va)
+    e = p.engine_for(VL, kind, hw)
+    assert (e.max_batch_size, e.max_num_tokens, e.chunked_prefill) == (1024, tokens, True)
+
+
+def test_recipe_of_hardware_without_a_run_pins_nothing():
+    r = load_preset("v6.0").recipe_for(VL, "offline", "h100-sxm")
+    assert r.layout == {} and r.weights is None and r.stack == Stack.VLLM
+    # LLM models keep the preset's stack and no recipe fields
+    llm = load_preset("v6.0").recipe_for("llama2-70b", "offline", "b200")
+    assert llm.stack == Stack.TENSORRT_LLM and llm.layout == {} and llm.weights is None
+
+
+@pytest.mark.parametrize("hw,n,kind", [("b200", 8, "offline"), ("gb300-nvl72", 4, "server"), ("h200-sxm", 8, "offline")])
+def test_prediction_uses_the_runs_layout_and_formats(hw, n, kind):
+    tp, ep, w, kv, _, _ = RUNS[hw, kind]
+    pred = api.predict(hw, VL, f"mlperf-qwen3-vl-235b-a22b-{kind}", n, round="v6.0")
+    assert pred.feasible
+    c = pred.config
+    assert (c["tp"], c["ep"], c["dp"], c["pp"], c["replicas"]) == (tp, ep, 1, 1, n // tp)
+    assert c["weights"] == w and c["activations"] == w
+    if kv is not None:
+        assert c["kv_cache"] == kv
+
+
+def test_user_layout_and_odd_sizes_override_the_recipe():
+    fixed = api.predict("b200", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0", tp=2)
+    assert fixed.feasible and fixed.config["tp"] == 2
+    # two H200s cannot hold the recipe's TP4 instance: the layout is searched instead
+    base = api.base_plan(*_query("h200-sxm", 2))
+    assert base.search.tp is None and base.search.ep is None
+    assert api.base_plan(*_query("h200-sxm", 8)).search.tp == (4,)
+
+
+def _query(hw, n):
+    q = api.Query.build(hw, VL, "mlperf-qwen3-vl-235b-a22b-offline", n, round="v6.0")
+    return q.inputs, q.software, q.layout, q.accelerators
+
+
+def test_round_maturity_applies_only_to_its_own_stack():
+    p = load_preset("v6.0")
+    assert p.stack == Stack.TENSORRT_LLM
+    vl = api.base_plan(*_query("b200", 8))
+    assert (vl.kernel_efficiency, vl.moe_kernel_efficiency, vl.host_overhead_scale) == (1.0, 1.0, 1.0)
+    q = api.Query.build("b200", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v6.0")
+    llm = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    assert (llm.kernel_efficiency, llm.moe_kernel_efficiency, llm.host_overhead_scale) == \
+        (p.kernel_efficiency, p.moe_kernel_efficiency, p.host_overhead_scale)
+    assert p.kernel_efficiency != 1.0  # else the check above could not tell the two apart
+
+
+def test_vision_attention_runs_in_the_recipes_format():
+    vl = load_model(VL)
+    shape = Shape(prefill_seqs=2, prefill_patches=5000.0, prefill_patches_sq=7e7)
+    ops = {f: {o.name: o for o in vision_ops(vl, shape, Layout(), Formats("fp4", "fp4", "fp8", f))} for f in ("bf16", "fp8")}
+    assert ops["fp8"]["vision_attention"].precision == "fp8" and ops["bf16"]["vision_attention"].precision == "bf16"
+    assert float(ops["fp8"]["vision_attention"].flops) == float(ops["bf16"]["vision_attention"].flops)
+    assert Formats("fp4", "fp4", "fp8").vision_attention == "bf16"  # the default
+    # the encoder's linear layers stay 16 bit (the NVFP4 checkpoint quantizes the language model)
+    assert ops["fp8"]["vision_encoder"].precision == "bf16"
+    # the step prices the fp8 attention at the fp8 rate: the GB300 Offline step is faster with it
+    q = api.Query.build("gb300-nvl72", VL, "mlperf-qwen3-vl-235b-a22b-offline", 4, round="v6.0")
+    plan = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    from dataclasses import replace
+
+    from infersim.engine import step_cost
+
+    s = Shape(decode_seqs=100, decode_ctx=2000, prefill_seqs=4, prefill_len=2144, prefill_len_sq=7.6e6,
+              prefill_patches=5156, prefill_patches_sq=7.4e7)
+    t8 = step_cost(plan, Layout(), s, detail=True).by_op["vision_attention"]
+    t16 = step_cost(replace(plan, formats=replace(plan.formats, vision_attention="bf16")), Layout(), s, detail=True).by_op["vision_attention"]
+    assert plan.formats.vision_attention == "fp8"
+    assert float(t16) == pytest.approx(2.0 * float(t8), rel=0.05)
+
+
+def test_recipe_fields_are_validated():
+    data = load_preset("v6.0").model_dump(mode="json", exclude_none=True)
+    data["engine"]["models"][VL]["hardware"]["b200"]["weights"] = "fp3"
+    with pytest.raises(SpecError, match="weights"):
+        validate_data(PresetSpec, data, file="x.yaml")
+    data["engine"]["models"][VL]["hardware"]["b200"]["weights"] = "fp4"
+    data["engine"]["models"][VL]["stack"] = "tgi"
+    with pytest.raises(SpecError, match="stack"):
+        validate_data(PresetSpec, data, file="x.yaml")
+
+
+def test_cli_json_prints_samples_per_s_with_the_breakdown():
+    from typer.testing import CliRunner
+
+    from infersim.cli import app
+
+    out = CliRunner().invoke(app, ["run", "-H", "b200", "-m", VL, "-s", "mlperf-qwen3-vl-235b-a22b-offline", "-n", "8",
+                                   "--round", "v6.0", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert d["samples_per_s"] == pytest.approx(d["requests_per_s"]) and d["samples_per_s"] > 0
+    assert d["breakdown"]["step_s"] > 0 and set(d["breakdown"]["by_kind_s"]) >= {"gemm", "attention"}
+    assert d["config"]["tp"] == 1 and d["config"]["weights"] == "fp4"
