@@ -138,3 +138,23 @@ def test_cli_json_prints_samples_per_s_with_the_breakdown():
     assert d["samples_per_s"] == pytest.approx(d["requests_per_s"]) and d["samples_per_s"] > 0
     assert d["breakdown"]["step_s"] > 0 and set(d["breakdown"]["by_kind_s"]) >= {"gemm", "attention"}
     assert d["config"]["tp"] == 1 and d["config"]["weights"] == "fp4"
+
+
+def test_vision_encoder_is_sharded_over_the_attention_tp_group():
+    vl = load_model(VL)
+    shape = Shape(prefill_seqs=4, prefill_patches=5000.0, prefill_patches_sq=7e7)
+    fmt = Formats("fp8", "fp8", "fp8")
+    one = {o.name: o for o in vision_ops(vl, shape, Layout(), fmt)}
+    tp4 = {o.name: o for o in vision_ops(vl, shape, Layout(tp=4, ep=4), fmt)}
+    # vLLM's default mm_encoder_tp_mode 'weights': column/row-parallel linears, heads split
+    for name in ("vision_encoder", "vision_attention"):
+        assert float(tp4[name].flops) == pytest.approx(float(one[name].flops) / 4)
+    # two all-reduces per block (attention and MLP outputs) of the step's patches' hidden states
+    ar = tp4["vision_all_reduce"]
+    assert float(ar.group) == 4 and float(ar.count) == 2 * 27
+    assert float(ar.bytes) == pytest.approx(4 * 5000 * 1152 * 2)
+    assert float(one["vision_all_reduce"].group) == 1
+    # under attention DP (dp = tp) every rank encodes its own prompts' images unsharded
+    adp = {o.name: o for o in vision_ops(vl, shape, Layout(tp=4, ep=4, dp=4), fmt)}
+    assert float(adp["vision_attention"].flops) == pytest.approx(float(one["vision_attention"].flops) / 4)
+    assert float(adp["vision_all_reduce"].group) == 1
