@@ -19,16 +19,17 @@ VL = "qwen3-vl-235b-a22b"
 
 # (hardware, scenario kind) -> (tp, ep, weights, kv, vision attention, max_num_tokens), read off the
 # CSV's tensor_parallel_size / moe_expert_parallel_size / max_num_tokens columns and the recipes'
-# checkpoint, --kv-cache-dtype and VLLM_MM_ENCODER_FP8_ATTN (None: the recipe leaves it 'auto')
+# checkpoint, --kv-cache-dtype (Blackwell: none given and no KV scheme in the NVFP4 checkpoint, so
+# vLLM keeps the model's bf16) and VLLM_MM_ENCODER_FP8_ATTN
 RUNS = {
-    ("b200", "offline"): (1, 1, "fp4", None, "fp8", 4864),
-    ("b200", "server"): (1, 1, "fp4", None, "fp8", 4864),
-    ("gb200-nvl72", "offline"): (1, 1, "fp4", None, "fp8", 4864),
-    ("gb200-nvl72", "server"): (1, 1, "fp4", None, "fp8", 4864),
-    ("gb300-nvl72", "offline"): (1, 1, "fp4", None, "fp8", 13824),
-    ("gb300-nvl72", "server"): (1, 1, "fp4", None, "fp8", 8192),
-    ("b300", "offline"): (1, 1, "fp4", None, "bf16", 13824),
-    ("b300", "server"): (1, 1, "fp4", None, "bf16", 8192),
+    ("b200", "offline"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("b200", "server"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("gb200-nvl72", "offline"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("gb200-nvl72", "server"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("gb300-nvl72", "offline"): (1, 1, "fp4", "bf16", "fp8", 13824),
+    ("gb300-nvl72", "server"): (1, 1, "fp4", "bf16", "fp8", 8192),
+    ("b300", "offline"): (1, 1, "fp4", "bf16", "bf16", 13824),
+    ("b300", "server"): (1, 1, "fp4", "bf16", "bf16", 8192),
     ("h200-sxm", "offline"): (4, 4, "fp8", "fp8", "bf16", 16384),
     ("h200-sxm", "server"): (4, 4, "fp8", "fp8", "bf16", 16384),
 }
@@ -60,9 +61,7 @@ def test_prediction_uses_the_runs_layout_and_formats(hw, n, kind):
     assert pred.feasible
     c = pred.config
     assert (c["tp"], c["ep"], c["dp"], c["pp"], c["replicas"]) == (tp, ep, 1, 1, n // tp)
-    assert c["weights"] == w and c["activations"] == w
-    if kv is not None:
-        assert c["kv_cache"] == kv
+    assert (c["weights"], c["activations"], c["kv_cache"]) == (w, w, kv)
 
 
 def test_user_layout_and_odd_sizes_override_the_recipe():
