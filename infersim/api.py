@@ -60,11 +60,15 @@ def context(inputs: Inputs) -> opt.Context:
 
 
 def selection(query: Query) -> opt.Selection:
-    """The query's optimizations resolved against its system (forced, choices, skipped)."""
-    sw = query.software
-    return opt.select(context(query.inputs), applied=sw.preset.optimizations, offered=sw.preset.choices,
-                      scenario=[e.model_dump() for e in query.inputs.scenario.optimizations],
-                      enable=sw.enable, disable=sw.disable, params=sw.params)
+    """The query's optimizations resolved against its system (forced, choices, skipped); the
+    preset's recipe for this model and hardware turns off what its engine does not run, unless
+    the user enables it."""
+    sw, inputs = query.software, query.inputs
+    recipe = sw.preset.recipe_for(inputs.model_id, getattr(inputs.scenario, "kind", "offline"), inputs.hardware_id)
+    disable = tuple(sw.disable) + tuple(k for k in recipe.disable if k not in sw.enable and k not in sw.disable)
+    return opt.select(context(inputs), applied=sw.preset.optimizations, offered=sw.preset.choices,
+                      scenario=[e.model_dump() for e in inputs.scenario.optimizations],
+                      enable=sw.enable, disable=disable, params=sw.params)
 
 
 def evaluate(query: Query, *, fit_only: bool = False) -> list[Result]:

@@ -157,3 +157,16 @@ def test_vision_encoder_is_sharded_over_the_attention_tp_group():
     adp = {o.name: o for o in vision_ops(vl, shape, Layout(tp=4, ep=4, dp=4), fmt)}
     assert float(adp["vision_attention"].flops) == pytest.approx(float(one["vision_attention"].flops) / 4)
     assert float(adp["vision_all_reduce"].group) == 1
+
+
+def test_recipe_turns_off_what_its_engine_does_not_run():
+    # no Qwen3-VL recipe passes vLLM's --enable-dbo: the round's overlap transform is off
+    assert load_preset("v6.0").recipe_for(VL, "offline", "h200-sxm").disable == ("overlap",)
+    off = api.predict("h200-sxm", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0")
+    on = api.predict("h200-sxm", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0", enable=["overlap"])
+    assert "overlap" not in off.config["optimizations"] and "overlap" in on.config["optimizations"]
+    # TP4 all-reduces are exposed without overlap: the step is slower
+    assert off.metrics["requests_per_s"] < on.metrics["requests_per_s"]
+    # other models keep the round's optimizations
+    q = api.Query.build("b200", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v6.0")
+    assert "overlap" not in api.selection(q).skipped and load_preset("v6.0").recipe_for("llama2-70b", "offline", "b200").disable == ()

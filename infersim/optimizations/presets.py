@@ -80,6 +80,9 @@ class EngineFields(Spec):
     """KV-cache format (vLLM ``--kv-cache-dtype``)."""
     vision_attention: Precision | None = None
     """Compute format of the vision encoder's attention (default bf16)."""
+    disable: list[str] | None = None
+    """The round's optimizations (``optimizations`` / ``choices`` kinds) the recipe's engine does
+    not run, e.g. ``overlap`` for a vLLM recipe without dual-batch overlap (``--enable-dbo``)."""
 
 
 class EngineOverride(EngineFields):
@@ -105,7 +108,7 @@ class EngineBlock(Spec):
     models: dict[str, ModelEngine] = Field(default_factory=dict)
 
 
-_RECIPE_FIELDS = ("stack", "tp", "pp", "ep", "dp", "weights", "kv_cache", "vision_attention")
+_RECIPE_FIELDS = ("stack", "tp", "pp", "ep", "dp", "weights", "kv_cache", "vision_attention", "disable")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,8 @@ class Recipe:
     weights: str | None = None
     kv_cache: str | None = None
     vision_attention: str | None = None
+    disable: tuple[str, ...] = ()
+    """Optimization kinds the recipe's engine does not run."""
 
     @property
     def layout(self) -> dict[str, int]:
@@ -196,6 +201,7 @@ class PresetSpec(Spec):
         d = self.settings(model_id, scenario_kind, hardware_id)
         fields = {k: d.get(k) for k in _RECIPE_FIELDS}
         fields["stack"] = Stack(fields["stack"] or self.stack)
+        fields["disable"] = tuple(fields["disable"] or ())
         return Recipe(**fields)
 
     def maturity_for(self, recipe: Recipe) -> tuple[float, float, float]:
