@@ -124,6 +124,10 @@ def test_recipe_fields_are_validated():
     data["engine"]["models"][VL]["stack"] = "tgi"
     with pytest.raises(SpecError, match="stack"):
         validate_data(PresetSpec, data, file="x.yaml")
+    data["engine"]["models"][VL]["stack"] = "vllm"
+    data["engine"]["models"][VL]["disable"] = ["overlap", "dbo"]
+    with pytest.raises(SpecError, match="disable.*unknown optimization.*dbo"):
+        validate_data(PresetSpec, data, file="x.yaml")
 
 
 def test_cli_json_prints_samples_per_s_with_the_breakdown():

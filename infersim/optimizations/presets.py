@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..errors import SpecError
 from ..specs._base import Spec, load_spec
@@ -83,6 +83,16 @@ class EngineFields(Spec):
     disable: list[str] | None = None
     """The round's optimizations (``optimizations`` / ``choices`` kinds) the recipe's engine does
     not run, e.g. ``overlap`` for a vLLM recipe without dual-batch overlap (``--enable-dbo``)."""
+
+    @field_validator("disable")
+    @classmethod
+    def _known_optimizations(cls, v):
+        from . import REGISTRY
+
+        unknown = [k for k in v or () if k not in REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown optimization(s) {', '.join(unknown)} (known: {', '.join(sorted(REGISTRY))})")
+        return v
 
 
 class EngineOverride(EngineFields):
@@ -207,7 +217,7 @@ class PresetSpec(Spec):
     def maturity_for(self, recipe: Recipe) -> tuple[float, float, float]:
         """(kernel, MoE kernel, host overhead) maturity multipliers for a recipe of ``recipe.stack``:
         the preset's where the stacks match, else 1 (none fitted for that stack)."""
-        if recipe.stack != self.stack:
+        if recipe.stack != Stack(self.stack):
             return 1.0, 1.0, 1.0
         return self.kernel_efficiency, self.moe_kernel_efficiency, self.host_overhead_scale
 
