@@ -2,7 +2,12 @@
 lacks: prints the median absolute error (all rows, Offline, Server) and the signed error per row of
 ``data/mlperf_non_llm_results.csv`` for the bundled model and for counterfactual variants.
 
-    python benchmarks/qwen3_vl_sensitivity.py
+    python benchmarks/qwen3_vl_sensitivity.py [--llm]
+
+``--llm`` also validates the LLM rows (``data/mlperf_llm_results.csv``, one process) with the same
+softmax roof applied to every attention operator (one exp per score element: 4·head_dim FLOPs per
+exp for GQA, 2·(qk + v head dims) for MLA prefill, 2·(2·kv_lora + rope) for absorbed MLA decode)
+and prints the summary against the bundled model (the hardware efficiencies are not refitted).
 
 Variants (each changes one thing against the bundled model):
 
@@ -43,22 +48,50 @@ EXP_PER_BF16_FLOP = {"NVIDIA B200 (HGX B200)": 1 / 512, "NVIDIA GB200 NVL72 (per
 """Exponentials per second over dense BF16 FLOP/s, by hardware profile name (see the docstring)."""
 
 
-def _softmax_roof(price):
+def _flops_per_exp(model, name: str) -> float | None:
+    """Attention FLOPs per softmax exponential of the operator ``name`` (None: not attention)."""
+    if name == "vision_attention":
+        v = model.vision_encoder
+        return 4.0 * v.hidden_size / v.n_heads
+    if not name.startswith("attention_"):
+        return None
+    att = model.attention
+    if getattr(att, "kind", "") == "mla":
+        if name.startswith("attention_decode"):
+            return 2.0 * (2 * att.kv_lora_rank + att.qk_rope_head_dim)
+        return 2.0 * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
+    return 4.0 * att.head_dim
+
+
+def _softmax_roof(price, names=("vision_attention",)):
+    """Step pricing with attention operators in ``names`` (prefixes) also bounded by the exp unit:
+    their FLOPs are raised to the tensor-rate equivalent of their exponentials' time."""
     def priced(plan, graph, detail):
         ratio = EXP_PER_BF16_FLOP.get(plan.hardware.name)
-        v = plan.model.vision_encoder
-        if ratio is None or v is None:
+        if ratio is None:
             return price(plan, graph, detail)
         exp_rate = plan.hardware.compute.flop_rate("bf16") * ratio
         ops = []
         for op in graph.ops:
-            if op.name == "vision_attention":
-                exps = np.asarray(op.flops) / (4.0 * v.hidden_size / v.n_heads)
+            per_exp = _flops_per_exp(plan.model, op.name) if op.name.startswith(names) else None
+            if per_exp:
                 rate = plan.hardware.compute.flop_rate(op.precision)
-                op = dataclasses.replace(op, flops=np.maximum(op.flops, exps * rate / exp_rate))
+                op = dataclasses.replace(op, flops=np.maximum(op.flops, np.asarray(op.flops) / per_exp * rate / exp_rate))
             ops.append(op)
         return price(plan, dataclasses.replace(graph, ops=tuple(ops)), detail)
     return priced
+
+
+def _llm(price) -> None:
+    from infersim.accuracy.runner import validate
+
+    data = DATA.parent / "mlperf_llm_results.csv"
+    for label, pricing in (("bundled model", price), ("softmax roof on all attention", _softmax_roof(price, ("attention_", "vision_attention")))):
+        engine._price = pricing
+        s = validate(data, workers=1).summary
+        print(f"LLM rows, {label:30s} median {s['median_ape']:5.2f} %  p90 {s['p90_ape']:5.2f} %  "
+              f"frontier median {s['frontier_median_ape']:5.2f} %  ({s['rows']} rows)")
+    engine._price = price
 
 
 def _run(label: str) -> list:
@@ -102,6 +135,8 @@ def main() -> int:
         name = f"{r.scenario[:3]} {r.hardware} {r.columns.get('submitter', '')[:8]}"
         print(f"{name:32s}" + "".join(f"{rows[i].error_pct:+13.1f}" for rows in table.values()))
     print(f"\n{len(variants)} variants in {time.perf_counter() - t0:.1f} s")
+    if "--llm" in sys.argv[1:]:
+        _llm(price)
     return 0
 
 
