@@ -19,18 +19,29 @@ from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_
 from .serving import WorkloadStats
 
 
-def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest) -> Plan:
-    """The plan before optimizations: specs, formats, the round's maturity, the search space."""
+def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest, accelerators: int | None = None) -> Plan:
+    """The plan before optimizations: specs, formats, the round's maturity, the search space.
+
+    The preset's recipe for this model and hardware (``engine`` block) supplies the layout where
+    the user fixes no layout axis and the recipe's instance fits ``accelerators`` a whole number
+    of times, the formats the scenario leaves 'auto', and the stack, which decides whether the
+    round's maturity multipliers apply (``PresetSpec.maturity_for``)."""
     hw, sc = inputs.hardware, inputs.scenario
+    preset = software.preset
+    kind = getattr(sc, "kind", "offline")
+    recipe = preset.recipe_for(inputs.model_id, kind, inputs.hardware_id)
     fixed = {k: axis_values(getattr(layout, k)) for k in ("tp", "pp", "ep", "dp")}
+    pinned = recipe.layout
+    size = pinned.get("tp", 1) * pinned.get("pp", 1)
+    if pinned and all(v is None for v in fixed.values()) and (accelerators is None or accelerators % size == 0):
+        fixed.update({k: (v,) for k, v in pinned.items()})
     space = SearchSpace(**fixed, batch=axis_values(layout.batch), max_batch=sc.max_batch,
                         attention_dp=any(d > 1 for d in fixed["dp"] or ()))
-    preset = software.preset
-    return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw), search=space,
+    kernel, moe_kernel, host = preset.maturity_for(recipe)
+    return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw, recipe), search=space,
                 serving=_serving(sc.workload),
-                kernel_efficiency=preset.kernel_efficiency, moe_kernel_efficiency=preset.moe_kernel_efficiency,
-                host_overhead_scale=preset.host_overhead_scale,
-                engine=preset.engine_for(inputs.model_id, getattr(sc, "kind", "offline")))
+                kernel_efficiency=kernel, moe_kernel_efficiency=moe_kernel, host_overhead_scale=host,
+                engine=preset.engine_for(inputs.model_id, kind, inputs.hardware_id))
 
 
 def _serving(workload) -> Serving:
@@ -49,17 +60,21 @@ def context(inputs: Inputs) -> opt.Context:
 
 
 def selection(query: Query) -> opt.Selection:
-    """The query's optimizations resolved against its system (forced, choices, skipped)."""
-    sw = query.software
-    return opt.select(context(query.inputs), applied=sw.preset.optimizations, offered=sw.preset.choices,
-                      scenario=[e.model_dump() for e in query.inputs.scenario.optimizations],
-                      enable=sw.enable, disable=sw.disable, params=sw.params)
+    """The query's optimizations resolved against its system (forced, choices, skipped); the
+    preset's recipe for this model and hardware turns off what its engine does not run, unless
+    the user enables it."""
+    sw, inputs = query.software, query.inputs
+    recipe = sw.preset.recipe_for(inputs.model_id, getattr(inputs.scenario, "kind", "offline"), inputs.hardware_id)
+    disable = tuple(sw.disable) + tuple(k for k in recipe.disable if k not in sw.enable and k not in sw.disable)
+    return opt.select(context(inputs), applied=sw.preset.optimizations, offered=sw.preset.choices,
+                      scenario=[e.model_dump() for e in inputs.scenario.optimizations],
+                      enable=sw.enable, disable=disable, params=sw.params)
 
 
 def evaluate(query: Query, *, fit_only: bool = False) -> list[Result]:
     """Every optimization variant of ``query`` evaluated over its [layout, batch] grid
     (``fit_only``: see ``search.evaluate``)."""
-    base = base_plan(query.inputs, query.software, query.layout)
+    base = base_plan(query.inputs, query.software, query.layout, query.accelerators)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
     return [search.evaluate(opt.apply_all(base, transforms), query.inputs.scenario, query.accelerators, stats,
                             price_per_hour=query.price, fit_only=fit_only)
@@ -135,7 +150,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     if qps is not None and (query.inputs.scenario.kind == "offline" or not 0 < qps <= 1e9):
         raise SpecError(f"--qps must be in (0, 1e9] requests/s and needs a server or interactive scenario (got {qps})")
     sel = selection(query)
-    base = base_plan(query.inputs, query.software, query.layout)
+    base = base_plan(query.inputs, query.software, query.layout, query.accelerators)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
     results: list[Result] = []
     best: tuple[float, Result, tuple[int, int]] | None = None

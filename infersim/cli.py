@@ -230,7 +230,7 @@ def run_cmd(
     isl: Optional[float] = typer.Option(None, "--isl", help="Override the mean input length, tokens."),
     osl: Optional[float] = typer.Option(None, "--osl", help="Override the mean output length, tokens."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="CSV of (isl, osl) per request replacing the scenario's lengths."),
-    tp: Optional[int] = typer.Option(None, "--tp", help="Fix tensor parallelism (else searched)."),
+    tp: Optional[int] = typer.Option(None, "--tp", help="Fix tensor parallelism (else the round preset's recipe for this model and hardware, if any, else searched)."),
     ep: Optional[int] = typer.Option(None, "--ep", help="Fix expert parallelism (else searched)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Fix attention data parallelism within the TP group (else searched)."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Fix pipeline parallelism (else searched)."),

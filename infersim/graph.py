@@ -70,6 +70,9 @@ class Formats:
     weights: str
     activations: str
     kv_cache: str
+    vision_attention: str = "bf16"
+    """Compute format of a vision encoder's attention (16 bit unless the engine runs it in fp8,
+    e.g. vLLM ``VLLM_MM_ENCODER_FP8_ATTN=1`` in the NVIDIA v6.0 Qwen3-VL recipes)."""
 
     @property
     def gemm(self) -> str:
@@ -500,11 +503,17 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     layer) run on all P patches; the remaining parameters (patch-merger MLPs, incl. DeepStack's)
     run on the merged tokens, P / (pixels_per_token / patch pixels). Attention is full within an
     image: 4·P²·h FLOPs per layer, costed as an attention kernel; over a mix of image sizes that
-    is 4·E[P²]·h, so a few large images weigh far more than their share of patches. 16-bit
-    weights are read once per step. Runs on the attention ranks (data parallel under attention
-    DP); averaged over pipeline stages like the head.
+    is 4·E[P²]·h, so a few large images weigh far more than their share of patches, computed in
+    ``fmt.vision_attention`` (16 bit by default). 16-bit weights are read once per step. Runs on
+    the attention ranks (data parallel under attention DP); averaged over pipeline stages like
+    the head. Within an attention rank's tensor-parallel group the encoder is sharded like the
+    language model (vLLM's default ``mm_encoder_tp_mode`` 'weights': the blocks' and mergers'
+    linear layers are column/row parallel, the heads split over the ranks; vllm-project/vllm
+    vllm/model_executor/models/qwen3_vl.py, Qwen3_VisionBlock / Qwen3_VisionMLP), with an
+    all-reduce of the patches' hidden states after each block's attention and MLP.
     """
     v = model.vision_encoder
+    a = layout.attn_tp
     prompts = shape.prefill_seqs / layout.dp
     patches = prompts * shape.prefill_patches
     per_prompt = shape.prefill_patches
@@ -512,15 +521,17 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     block_params = v.n_layers * (4.0 * v.hidden_size ** 2 + 2.0 * v.hidden_size * v.intermediate_size)
     merger_params = max(v.params_b * 1e9 - block_params, 0.0)
     merge = v.pixels_per_token / VISION_PATCH_PIXELS
-    linear = 2.0 * block_params * patches + 2.0 * merger_params * patches / merge
-    attn = 4.0 * prompts * patches_sq * v.hidden_size * v.n_layers
-    weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES, 0.0)
-    act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers
-    qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers
+    linear = (2.0 * block_params * patches + 2.0 * merger_params * patches / merge) / a
+    attn = 4.0 * prompts * patches_sq * v.hidden_size * v.n_layers / a
+    weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES / a, 0.0)
+    act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers / a
+    qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers / a
     return [Op("vision_encoder", OpKind.GEMM, 1.0 / layout.pp, flops=linear, bytes=weights + act, precision="bf16",
                m=np.maximum(per_prompt, 1.0), block="vision"),
-            Op("vision_attention", OpKind.ATTENTION, 1.0 / layout.pp, flops=attn, bytes=qkvo, precision="bf16",
-               block="vision")]
+            Op("vision_attention", OpKind.ATTENTION, 1.0 / layout.pp, flops=attn, bytes=qkvo, precision=fmt.vision_attention,
+               block="vision"),
+            collective("vision_all_reduce", Collective.ALL_REDUCE, patches * v.hidden_size * HIDDEN_BYTES, a,
+                       2.0 * v.n_layers / layout.pp, "vision")]
 
 
 def build_graph(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, *, moe_imbalance=1.0,
@@ -552,14 +563,24 @@ def narrowest_supported(hw, candidates=("fp4", "fp8", "bf16")) -> str:
     return "bf16"
 
 
-def resolve_formats(precision_spec, hw) -> Formats:
-    """Turn a scenario's PrecisionSpec ('auto' allowed) into concrete formats for ``hw``."""
-    w = precision_spec.weights
+def resolve_formats(precision_spec, hw, recipe=None) -> Formats:
+    """Turn a scenario's PrecisionSpec ('auto' allowed) into concrete formats for ``hw``.
+
+    ``recipe`` (``presets.Recipe``, optional): a published run's checkpoint formats, used for the
+    fields the scenario leaves 'auto' (an explicit scenario format wins) where ``hw`` runs them
+    natively (a recipe written for other hardware falls back to 'auto')."""
+    def from_recipe(value, name):
+        r = None if recipe is None else getattr(recipe, name)
+        return r if value == "auto" and r is not None and hw.compute.supports(r) else value
+
+    w = from_recipe(precision_spec.weights, "weights")
     w = narrowest_supported(hw) if w == "auto" else w
     act = precision_spec.activations
     act = w if act == "auto" else act
-    kv = precision_spec.kv_cache
+    kv = from_recipe(precision_spec.kv_cache, "kv_cache")
     kv = narrowest_supported(hw, ("fp8", "bf16")) if kv == "auto" else kv
-    for p in (w, act, kv):
+    va = from_recipe("auto", "vision_attention")
+    va = "bf16" if va == "auto" else va
+    for p in (w, act, kv, va):
         assert p in PRECISIONS
-    return Formats(weights=w, activations=act, kv_cache=kv)
+    return Formats(weights=w, activations=act, kv_cache=kv, vision_attention=va)

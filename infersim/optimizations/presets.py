@@ -9,16 +9,31 @@ the nearest earlier one; a round later than all presets uses the latest.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from ..errors import SpecError
 from ..specs._base import Spec, load_spec
 from ..specs import catalog
 from ..specs.catalog import bundled_root
-from ..specs.hardware import CalibrationRecord
+from ..specs.hardware import CalibrationRecord, Precision
+
+
+class Stack(StrEnum):
+    """Serving software stack a recipe runs."""
+
+    TENSORRT_LLM = "tensorrt-llm"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+
+
+StackName = Literal["tensorrt-llm", "vllm", "sglang"]
+"""A ``Stack`` value as written in YAML (specs validate strictly, so the field takes the literal)."""
 
 
 class EngineFields(Spec):
@@ -46,6 +61,38 @@ class EngineFields(Spec):
     """Host microseconds per streamed response chunk of a Python executor (fitted by
     ``benchmarks/host_term.py``; physical range 1-100 us: building, serialising and sending one
     response object per running request)."""
+    # The recipe's layout, checkpoint and stack (a published run's launch settings, data like the
+    # fields above). Used where the user fixes no layout axis and the scenario's precision is auto.
+    stack: StackName | None = None
+    """Serving stack of the recipe (None: the preset's ``stack``). The preset's maturity
+    multipliers are fitted on rows of its own stack and apply only to recipes of that stack."""
+    tp: int | None = Field(default=None, ge=1, le=1024)
+    """Tensor parallelism per instance (vLLM ``--tensor-parallel-size``)."""
+    pp: int | None = Field(default=None, ge=1, le=1024)
+    """Pipeline parallelism per instance (vLLM ``--pipeline-parallel-size``)."""
+    ep: int | None = Field(default=None, ge=1, le=1024)
+    """Expert parallelism per instance (vLLM ``--enable-expert-parallel``: ep = tp x data-parallel size)."""
+    dp: int | None = Field(default=None, ge=1, le=1024)
+    """Attention data parallelism within the instance (1: none)."""
+    weights: Precision | None = None
+    """Checkpoint weight format (e.g. fp4 for an NVFP4 checkpoint)."""
+    kv_cache: Precision | None = None
+    """KV-cache format (vLLM ``--kv-cache-dtype``)."""
+    vision_attention: Precision | None = None
+    """Compute format of the vision encoder's attention (default bf16)."""
+    disable: list[str] | None = None
+    """The round's optimizations (``optimizations`` / ``choices`` kinds) the recipe's engine does
+    not run, e.g. ``overlap`` for a vLLM recipe without dual-batch overlap (``--enable-dbo``)."""
+
+    @field_validator("disable")
+    @classmethod
+    def _known_optimizations(cls, v):
+        from . import REGISTRY
+
+        unknown = [k for k in v or () if k not in REGISTRY]
+        if unknown:
+            raise ValueError(f"unknown optimization(s) {', '.join(unknown)} (known: {', '.join(sorted(REGISTRY))})")
+        return v
 
 
 class EngineOverride(EngineFields):
@@ -55,19 +102,50 @@ class EngineOverride(EngineFields):
     """Settings that differ in the Interactive scenario."""
 
 
+class ModelEngine(EngineOverride):
+    """A model's engine settings, with per-hardware overrides (hardware profile IDs) where the
+    published runs of that model used different settings per system."""
+
+    hardware: dict[str, EngineOverride] = Field(default_factory=dict)
+
+
 class EngineBlock(Spec):
     """A round's engine settings: defaults plus per-model overrides (model profile IDs)."""
 
     source: list[str] = Field(min_length=1)
     """Where the values were read (file and columns)."""
     default: EngineOverride = Field(default_factory=EngineOverride)
-    models: dict[str, EngineOverride] = Field(default_factory=dict)
+    models: dict[str, ModelEngine] = Field(default_factory=dict)
+
+
+_RECIPE_FIELDS = ("stack", "tp", "pp", "ep", "dp", "weights", "kv_cache", "vision_attention", "disable")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A recipe's layout, formats and stack (None where the recipe does not set them)."""
+
+    stack: Stack
+    tp: int | None = None
+    pp: int | None = None
+    ep: int | None = None
+    dp: int | None = None
+    weights: str | None = None
+    kv_cache: str | None = None
+    vision_attention: str | None = None
+    disable: tuple[str, ...] = ()
+    """Optimization kinds the recipe's engine does not run."""
+
+    @property
+    def layout(self) -> dict[str, int]:
+        """The layout axes the recipe fixes."""
+        return {k: getattr(self, k) for k in ("tp", "pp", "ep", "dp") if getattr(self, k) is not None}
 
 
 def _merge(base: dict, block: EngineFields | None) -> dict:
     if block is None:
         return base
-    fields = block.model_dump(exclude={"offline", "interactive"})
+    fields = block.model_dump(exclude={"offline", "interactive", "hardware"})
     return {**base, **{k: v for k, v in fields.items() if v is not None}}
 
 
@@ -82,6 +160,10 @@ class PresetSpec(Spec):
     """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's maturity."""
     host_overhead_scale: float = Field(default=1.0, ge=0, le=10)
     """Multiplier on the hardware's per-step host overhead."""
+    stack: StackName = Stack.TENSORRT_LLM.value
+    """The serving stack of the rows the three maturity multipliers above are fitted on; a
+    recipe of another stack (``engine`` block ``stack``) runs at maturity 1 (the hardware's
+    base efficiencies), since no maturity of that stack is fitted."""
     optimizations: list[dict] = Field(default_factory=list)
     """Transforms applied for this round ({kind: ..., params...})."""
     choices: list[dict] = Field(default_factory=list)
@@ -91,18 +173,30 @@ class PresetSpec(Spec):
     calibration: CalibrationRecord | None = None
     """Set by ``infersim calibrate``."""
 
-    def engine_for(self, model_id: str, scenario_kind: str):
-        """The ``plan.Engine`` of ``model_id`` in a scenario of ``scenario_kind``: defaults, then
-        the model's override, each followed by its ``offline`` / ``interactive`` block in that scenario."""
+    def settings(self, model_id: str, scenario_kind: str, hardware_id: str | None = None) -> dict:
+        """Merged engine settings of ``model_id`` on ``hardware_id`` in a scenario of
+        ``scenario_kind``: defaults, the model's override, then its per-hardware override, each
+        followed by its ``offline`` / ``interactive`` block in that scenario."""
+        if self.engine is None:
+            return {}
+        model = self.engine.models.get(model_id)
+        blocks = [self.engine.default, model]
+        if model is not None and hardware_id is not None:
+            blocks.append(model.hardware.get(hardware_id))
+        d: dict = {}
+        for block in blocks:
+            if block is not None:
+                d = _merge(d, block)
+                d = _merge(d, getattr(block, scenario_kind, None) if scenario_kind in ("offline", "interactive") else None)
+        return d
+
+    def engine_for(self, model_id: str, scenario_kind: str, hardware_id: str | None = None):
+        """The ``plan.Engine`` of ``model_id`` (on ``hardware_id``) in a scenario of ``scenario_kind``."""
         from ..plan import Engine
 
         if self.engine is None:
             return Engine()
-        d = {}
-        for block in (self.engine.default, self.engine.models.get(model_id)):
-            if block is not None:
-                d = _merge(d, block)
-                d = _merge(d, getattr(block, scenario_kind, None) if scenario_kind in ("offline", "interactive") else None)
+        d = self.settings(model_id, scenario_kind, hardware_id)
         sizes = d.get("cuda_graph_batch_sizes")
         return Engine(max_batch_size=d.get("max_batch_size"), max_num_tokens=d.get("max_num_tokens"),
                       chunked_prefill=d.get("chunked_prefill", True),
@@ -111,6 +205,21 @@ class PresetSpec(Spec):
                       stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
                       host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
                       if d.get("python_executor") else 0.0)
+
+    def recipe_for(self, model_id: str, scenario_kind: str, hardware_id: str | None = None) -> Recipe:
+        """The recipe's layout, formats and stack for ``model_id`` on ``hardware_id``."""
+        d = self.settings(model_id, scenario_kind, hardware_id)
+        fields = {k: d.get(k) for k in _RECIPE_FIELDS}
+        fields["stack"] = Stack(fields["stack"] or self.stack)
+        fields["disable"] = tuple(fields["disable"] or ())
+        return Recipe(**fields)
+
+    def maturity_for(self, recipe: Recipe) -> tuple[float, float, float]:
+        """(kernel, MoE kernel, host overhead) maturity multipliers for a recipe of ``recipe.stack``:
+        the preset's where the stacks match, else 1 (none fitted for that stack)."""
+        if recipe.stack != Stack(self.stack):
+            return 1.0, 1.0, 1.0
+        return self.kernel_efficiency, self.moe_kernel_efficiency, self.host_overhead_scale
 
 
 def presets_dir() -> Path:

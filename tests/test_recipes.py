@@ -1,0 +1,191 @@
+"""Per-system recipes in the round presets (layout, checkpoint formats, token budget, stack) and
+their use by the prediction: the v6.0 Qwen3-VL runs (shared/reference/mlperf_engine_settings.csv
+v6.0 qwen3-vl rows and the vLLM command lines cited in presets/v6.0.yaml)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from infersim import api
+from infersim.errors import SpecError
+from infersim.graph import Formats, Layout, Shape, vision_ops
+from infersim.optimizations.presets import PresetSpec, Stack, load_preset
+from infersim.specs import load_model
+from infersim.specs._base import validate_data
+
+VL = "qwen3-vl-235b-a22b"
+
+# (hardware, scenario kind) -> (tp, ep, weights, kv, vision attention, max_num_tokens), read off the
+# CSV's tensor_parallel_size / moe_expert_parallel_size / max_num_tokens columns and the recipes'
+# checkpoint, --kv-cache-dtype (Blackwell: none given and no KV scheme in the NVFP4 checkpoint, so
+# vLLM keeps the model's bf16) and VLLM_MM_ENCODER_FP8_ATTN
+RUNS = {
+    ("b200", "offline"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("b200", "server"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("gb200-nvl72", "offline"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("gb200-nvl72", "server"): (1, 1, "fp4", "bf16", "fp8", 4864),
+    ("gb300-nvl72", "offline"): (1, 1, "fp4", "bf16", "fp8", 13824),
+    ("gb300-nvl72", "server"): (1, 1, "fp4", "bf16", "fp8", 8192),
+    ("b300", "offline"): (1, 1, "fp4", "bf16", "bf16", 13824),
+    ("b300", "server"): (1, 1, "fp4", "bf16", "bf16", 8192),
+    ("h200-sxm", "offline"): (4, 4, "fp8", "fp8", "bf16", 16384),
+    ("h200-sxm", "server"): (4, 4, "fp8", "fp8", "bf16", 16384),
+}
+
+
+@pytest.mark.parametrize("hw,kind", sorted(RUNS))
+def test_v60_qwen3_vl_recipe_per_system(hw, kind):
+    tp, ep, w, kv, va, tokens = RUNS[hw, kind]
+    p = load_preset("v6.0")
+    r = p.recipe_for(VL, kind, hw)
+    assert (r.stack, r.tp, r.pp, r.ep, r.dp) == (Stack.VLLM, tp, 1, ep, 1)
+    assert (r.weights, r.kv_cache, r.vision_attention) == (w, kv, va)
+    e = p.engine_for(VL, kind, hw)
+    assert (e.max_batch_size, e.max_num_tokens, e.chunked_prefill) == (1024, tokens, True)
+
+
+def test_recipe_of_hardware_without_a_run_pins_nothing():
+    r = load_preset("v6.0").recipe_for(VL, "offline", "h100-sxm")
+    assert r.layout == {} and r.weights is None and r.stack == Stack.VLLM
+    # LLM models keep the preset's stack and no recipe fields
+    llm = load_preset("v6.0").recipe_for("llama2-70b", "offline", "b200")
+    assert llm.stack == Stack.TENSORRT_LLM and llm.layout == {} and llm.weights is None
+
+
+@pytest.mark.parametrize("hw,n,kind", [("b200", 8, "offline"), ("gb300-nvl72", 4, "server"), ("h200-sxm", 8, "offline")])
+def test_prediction_uses_the_runs_layout_and_formats(hw, n, kind):
+    tp, ep, w, kv, _, _ = RUNS[hw, kind]
+    pred = api.predict(hw, VL, f"mlperf-qwen3-vl-235b-a22b-{kind}", n, round="v6.0")
+    assert pred.feasible
+    c = pred.config
+    assert (c["tp"], c["ep"], c["dp"], c["pp"], c["replicas"]) == (tp, ep, 1, 1, n // tp)
+    assert not c["disaggregated"]  # every published run is aggregated (one vLLM engine per instance)
+    assert (c["weights"], c["activations"], c["kv_cache"]) == (w, w, kv)
+
+
+def test_user_layout_and_odd_sizes_override_the_recipe():
+    fixed = api.predict("b200", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0", tp=2)
+    assert fixed.feasible and fixed.config["tp"] == 2
+    # two H200s cannot hold the recipe's TP4 instance: the layout is searched instead
+    base = api.base_plan(*_query("h200-sxm", 2))
+    assert base.search.tp is None and base.search.ep is None
+    assert api.base_plan(*_query("h200-sxm", 8)).search.tp == (4,)
+
+
+def _query(hw, n):
+    q = api.Query.build(hw, VL, "mlperf-qwen3-vl-235b-a22b-offline", n, round="v6.0")
+    return q.inputs, q.software, q.layout, q.accelerators
+
+
+def test_round_maturity_applies_only_to_its_own_stack():
+    p = load_preset("v6.0")
+    assert p.stack == Stack.TENSORRT_LLM
+    vl = api.base_plan(*_query("b200", 8))
+    assert (vl.kernel_efficiency, vl.moe_kernel_efficiency, vl.host_overhead_scale) == (1.0, 1.0, 1.0)
+    q = api.Query.build("b200", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v6.0")
+    llm = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    assert (llm.kernel_efficiency, llm.moe_kernel_efficiency, llm.host_overhead_scale) == \
+        (p.kernel_efficiency, p.moe_kernel_efficiency, p.host_overhead_scale)
+    assert p.kernel_efficiency != 1.0  # else the check above could not tell the two apart
+
+
+def test_vision_attention_runs_in_the_recipes_format():
+    vl = load_model(VL)
+    shape = Shape(prefill_seqs=2, prefill_patches=5000.0, prefill_patches_sq=7e7)
+    ops = {f: {o.name: o for o in vision_ops(vl, shape, Layout(), Formats("fp4", "fp4", "fp8", f))} for f in ("bf16", "fp8")}
+    assert ops["fp8"]["vision_attention"].precision == "fp8" and ops["bf16"]["vision_attention"].precision == "bf16"
+    assert float(ops["fp8"]["vision_attention"].flops) == float(ops["bf16"]["vision_attention"].flops)
+    assert Formats("fp4", "fp4", "fp8").vision_attention == "bf16"  # the default
+    # the encoder's linear layers stay 16 bit (the NVFP4 checkpoint quantizes the language model)
+    assert ops["fp8"]["vision_encoder"].precision == "bf16"
+    # the step prices the fp8 attention at the fp8 rate: the GB300 Offline step is faster with it
+    q = api.Query.build("gb300-nvl72", VL, "mlperf-qwen3-vl-235b-a22b-offline", 4, round="v6.0")
+    plan = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    from dataclasses import replace
+
+    from infersim.engine import step_cost
+
+    s = Shape(decode_seqs=100, decode_ctx=2000, prefill_seqs=4, prefill_len=2144, prefill_len_sq=7.6e6,
+              prefill_patches=5156, prefill_patches_sq=7.4e7)
+    t8 = step_cost(plan, Layout(), s, detail=True).by_op["vision_attention"]
+    t16 = step_cost(replace(plan, formats=replace(plan.formats, vision_attention="bf16")), Layout(), s, detail=True).by_op["vision_attention"]
+    assert plan.formats.vision_attention == "fp8"
+    assert float(t16) == pytest.approx(2.0 * float(t8), rel=0.05)
+
+
+def test_recipe_fields_are_validated():
+    data = load_preset("v6.0").model_dump(mode="json", exclude_none=True)
+    data["engine"]["models"][VL]["hardware"]["b200"]["weights"] = "fp3"
+    with pytest.raises(SpecError, match="weights"):
+        validate_data(PresetSpec, data, file="x.yaml")
+    data["engine"]["models"][VL]["hardware"]["b200"]["weights"] = "fp4"
+    data["engine"]["models"][VL]["stack"] = "tgi"
+    with pytest.raises(SpecError, match="stack"):
+        validate_data(PresetSpec, data, file="x.yaml")
+    data["engine"]["models"][VL]["stack"] = "vllm"
+    data["engine"]["models"][VL]["disable"] = ["overlap", "dbo"]
+    with pytest.raises(SpecError, match="disable.*unknown optimization.*dbo"):
+        validate_data(PresetSpec, data, file="x.yaml")
+
+
+def test_cli_json_prints_samples_per_s_with_the_breakdown():
+    from typer.testing import CliRunner
+
+    from infersim.cli import app
+
+    out = CliRunner().invoke(app, ["run", "-H", "b200", "-m", VL, "-s", "mlperf-qwen3-vl-235b-a22b-offline", "-n", "8",
+                                   "--round", "v6.0", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert d["samples_per_s"] == pytest.approx(d["requests_per_s"]) and d["samples_per_s"] > 0
+    assert d["breakdown"]["step_s"] > 0 and set(d["breakdown"]["by_kind_s"]) >= {"gemm", "attention"}
+    assert d["config"]["tp"] == 1 and d["config"]["weights"] == "fp4"
+
+
+def test_vision_encoder_is_sharded_over_the_attention_tp_group():
+    vl = load_model(VL)
+    shape = Shape(prefill_seqs=4, prefill_patches=5000.0, prefill_patches_sq=7e7)
+    fmt = Formats("fp8", "fp8", "fp8")
+    one = {o.name: o for o in vision_ops(vl, shape, Layout(), fmt)}
+    tp4 = {o.name: o for o in vision_ops(vl, shape, Layout(tp=4, ep=4), fmt)}
+    # vLLM's default mm_encoder_tp_mode 'weights': column/row-parallel linears, heads split
+    for name in ("vision_encoder", "vision_attention"):
+        assert float(tp4[name].flops) == pytest.approx(float(one[name].flops) / 4)
+    # two all-reduces per block (attention and MLP outputs) of the step's patches' hidden states
+    ar = tp4["vision_all_reduce"]
+    assert float(ar.group) == 4 and float(ar.count) == 2 * 27
+    assert float(ar.bytes) == pytest.approx(4 * 5000 * 1152 * 2)
+    assert float(one["vision_all_reduce"].group) == 1
+    # under attention DP (dp = tp) every rank encodes its own prompts' images unsharded
+    adp = {o.name: o for o in vision_ops(vl, shape, Layout(tp=4, ep=4, dp=4), fmt)}
+    assert float(adp["vision_attention"].flops) == pytest.approx(float(one["vision_attention"].flops) / 4)
+    assert float(adp["vision_all_reduce"].group) == 1
+
+
+def test_recipe_turns_off_what_its_engine_does_not_run():
+    # no Qwen3-VL recipe passes vLLM's --enable-dbo: the round's overlap transform is off
+    assert load_preset("v6.0").recipe_for(VL, "offline", "h200-sxm").disable == ("overlap", "disagg")
+    off = api.predict("h200-sxm", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0")
+    on = api.predict("h200-sxm", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0", enable=["overlap"])
+    assert "overlap" not in off.config["optimizations"] and "overlap" in on.config["optimizations"]
+    # TP4 all-reduces are exposed without overlap: the step is slower
+    assert off.metrics["requests_per_s"] < on.metrics["requests_per_s"]
+    # other models keep the round's optimizations
+    q = api.Query.build("b200", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v6.0")
+    assert "overlap" not in api.selection(q).skipped and load_preset("v6.0").recipe_for("llama2-70b", "offline", "b200").disable == ()
+
+
+def test_qwen3_vl_output_length_spread():
+    from infersim.serving import WorkloadStats
+    from infersim.specs import load_scenario
+
+    for kind in ("offline", "server"):
+        st = WorkloadStats.from_workload(load_scenario(f"mlperf-qwen3-vl-235b-a22b-{kind}").workload, load_model(VL))
+        # the notebook's mean (46 tokens) with the spread of the responses in the accuracy logs
+        # (CV 0.155): the longest 1 % answer 60-70 tokens, far below the max_new_tokens cap of 150
+        assert st.osl_mean == pytest.approx(46.0, abs=0.05)
+        cv = (st.osl_sq / st.osl_mean**2 - 1.0) ** 0.5
+        assert cv == pytest.approx(0.155, abs=0.02)
+        assert 60 <= st.osl_p99 <= 70
