@@ -12,6 +12,9 @@ accepted length, the round preset) and leaves the rest to infersim's search, thr
 - ``tokens_per_s_per_user`` at a fixed batch (latency points): the fastest per-user rate over the
   evaluated layouts (``infersim.evaluate``), i.e. the min-latency layout on the stated GPUs;
 - ``tokens_per_s_per_gpu`` at a fixed batch and layout: ``infersim.predict``;
+- ``decode_tokens_per_s_per_gpu`` (decode nodes of a prefill/decode-disaggregated deployment, the
+  prefill nodes not counted): the decode worker's rate at the fixed layout and batch, from
+  ``infersim.evaluate`` with ``disagg`` (see ``decode_pool_rate``);
 - ``input_tokens_per_s_per_node`` (prefill points, OSL 1): ``predict``'s requests/s x ISL per
   8-GPU node;
 - ``tokens_per_s_per_gpu`` at a per-user rate X (``condition = per_user_rate``): the Pareto frontier
@@ -57,7 +60,7 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "published_cases.csv"
 GPUS_PER_NODE = 8
 """Accelerators per node in the per-node metrics (SGL-EP and DS6 report 8-GPU HGX nodes)."""
 
-METRICS = ("tokens_per_s_per_user", "tokens_per_s_per_gpu", "input_tokens_per_s_per_node",
+METRICS = ("tokens_per_s_per_user", "tokens_per_s_per_gpu", "decode_tokens_per_s_per_gpu", "input_tokens_per_s_per_node",
            "ratio_tokens_per_s_per_gpu")
 """Metrics the benchmark predicts; rows with any other metric must be unusable."""
 CONDITIONS = ("batch", "batch_per_rank", "per_user_rate", "tokens_per_device")
@@ -169,6 +172,39 @@ def per_user_at_batch(row, kwargs) -> tuple[float, str]:
     return best[0], _diagnose(pred)
 
 
+NO_LIMIT = {"ttft_ms": 1e7, "tpot_ms": 1e6}
+"""Latency limits that bind nothing (the decode-pool cases fix the batch instead)."""
+
+
+def decode_pool_rate(row, kwargs) -> tuple[float, str]:
+    """Output tok/s per GPU of a disaggregated deployment's decode worker at the row's layout and
+    batch: the decode-only step (TPOT of infersim's disaggregated decode workers) over a server
+    scenario whose limits bind nothing. The source counts the decode nodes only; the query gets
+    twice as many accelerators so that a prefill pool exists beside one decode worker (the
+    prefill pool does not enter the decode step)."""
+    import infersim
+    from infersim.specs.scenario import ServerScenario
+
+    off = kwargs["scenario"]
+    scenario = ServerScenario(name=off.name, kind="server", source=off.source, workload=off.workload,
+                              precision=off.precision, slo=NO_LIMIT)
+    kwargs = {**kwargs, "scenario": scenario, "enable": [*kwargs["enable"], "disagg"], "pp": 1}
+    n = int(row["accelerators"])
+    query = infersim.Query.build(row["hardware"], accelerators=2 * n, **kwargs)
+    for res in infersim.evaluate(query):
+        if "disagg" not in res.plan.applied:
+            continue
+        ok = res.ok[0, 0]
+        per_user = float(np.broadcast_to(res.metrics["tokens_per_s_per_user"], res.ok.shape)[0, 0])
+        c = res.config_at(0, 0)
+        if not ok:
+            return 0.0, f"infeasible decode worker: tp{c['tp']} ep{c['ep']} dp{c['dp']} B={c['batch']:g}"
+        return (per_user * c["batch"] / (c["tp"] * c["pp"]),
+                f"decode worker tp{c['tp']} ep{c['ep']} dp{c['dp']} B={c['batch']:g} L={c['tokens_per_step']:.2f} "
+                f"step {1e3 * c['tokens_per_step'] / per_user:.1f} ms")
+    return 0.0, "no disaggregated variant"
+
+
 def _frontier_at(hardware: str, accelerators: int, kwargs: dict, rate: float) -> tuple[float, str]:
     """tok/s/GPU on the Pareto frontier at ``rate`` tok/s/user (linear between frontier points)."""
     import infersim
@@ -197,6 +233,8 @@ def predict_case(row: dict[str, str]) -> tuple[float, str]:
     metric, n = row["metric"], int(row["accelerators"])
     if metric == "tokens_per_s_per_user":
         return per_user_at_batch(row, kwargs)
+    if metric == "decode_tokens_per_s_per_gpu":
+        return decode_pool_rate(row, kwargs)
     if row["condition"] == "per_user_rate":
         rate = float(row["condition_value"])
         value, why = _frontier_at(row["hardware"], n, kwargs, rate)
