@@ -38,7 +38,7 @@ batch_per_rank, per_user_rate in tok/s/user, tokens_per_device); metric, value (
 ref_hardware, ref_accelerators (ratio rows); layout_notes; assumed (conditions the source does not
 state, the value used and why); usable (yes/no) and reason (why not).
 
-    python benchmarks/published_cases.py [--data FILE] [--round vX.Y] [--json FILE]
+    python benchmarks/published_cases.py [--data FILE] [--round vX.Y] [--hw-set FIELD=VALUE]... [--json FILE]
 
 Prints one row per case (predicted, published, signed error %), the unusable cases with their
 reasons, median and p90 absolute error overall and by source, and last one line
@@ -205,6 +205,10 @@ def decode_pool_rate(row, kwargs) -> tuple[float, str]:
     return 0.0, "no disaggregated variant"
 
 
+def _label(hardware) -> str:
+    return hardware if isinstance(hardware, str) else hardware.name
+
+
 def _frontier_at(hardware: str, accelerators: int, kwargs: dict, rate: float) -> tuple[float, str]:
     """tok/s/GPU on the Pareto frontier at ``rate`` tok/s/user (linear between frontier points)."""
     import infersim
@@ -213,7 +217,7 @@ def _frontier_at(hardware: str, accelerators: int, kwargs: dict, rate: float) ->
     pts = sorted((p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p) for p in infersim.frontier_points(pred))
     if not pts or pts[-1][0] < rate:
         top = f"max {pts[-1][0]:.0f} tok/s/user" if pts else "no point"
-        return 0.0, f"{hardware}x{accelerators}: unreachable ({top})"
+        return 0.0, f"{_label(hardware)}x{accelerators}: unreachable ({top})"
     k = next(k for k, p in enumerate(pts) if p[0] >= rate)
     u1, a1, p1 = pts[k]
     if k == 0:
@@ -221,7 +225,7 @@ def _frontier_at(hardware: str, accelerators: int, kwargs: dict, rate: float) ->
     else:
         u0, a0, _ = pts[k - 1]
         value = a0 + (a1 - a0) * (rate - u0) / (u1 - u0)
-    return value, (f"{hardware}x{accelerators}: tp{p1['tp']} ep{p1['ep']} dp{p1['dp']} B={p1['batch']:g}"
+    return value, (f"{_label(hardware)}x{accelerators}: tp{p1['tp']} ep{p1['ep']} dp{p1['dp']} B={p1['batch']:g}"
                    f"{' mtp' + str(p1['mtp_depth']) if p1['mtp_depth'] else ''}{' disagg' if p1['disaggregated'] else ''}")
 
 
@@ -255,6 +259,31 @@ def predict_case(row: dict[str, str]) -> tuple[float, str]:
     raise ValueError(f"{row['case_id']}: metric {metric!r} has no prediction")
 
 
+def with_hardware_settings(row: dict, settings: list[str]) -> dict:
+    """The row with its hardware (and ref_hardware) profiles loaded and ``FIELD.PATH=VALUE``
+    settings applied (``--hw-set``: a what-if on every case's hardware, never written anywhere)."""
+    from infersim.specs import catalog
+
+    def load(profile_id):
+        spec = catalog.load("hardware", profile_id)
+        for item in settings:
+            path, value = item.split("=")
+            *parents, leaf = path.split(".")
+            chain = [spec]
+            for name in parents:
+                chain.append(getattr(chain[-1], name))
+            new = chain[-1].model_copy(update={leaf: float(value)})
+            for parent, name in zip(reversed(chain[:-1]), reversed(parents)):
+                new = parent.model_copy(update={name: new})
+            spec = type(spec).model_validate(new.model_dump())
+        return spec
+
+    out = {**row, "hardware": load(row["hardware"])}
+    if row["ref_hardware"]:
+        out["ref_hardware"] = load(row["ref_hardware"])
+    return out
+
+
 def _summary(errors: list[float]) -> tuple[float, float]:
     a = np.abs(np.asarray(errors, dtype=float))
     return float(np.median(a)), float(np.percentile(a, 90))
@@ -264,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="case CSV (default: the bundled data/published_cases.csv)")
     ap.add_argument("--round", default=None, help="run every case with this round's preset instead of its own")
+    ap.add_argument("--hw-set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="what-if: set a hardware field on every case's profile, e.g. efficiency.gemm_m_half=32 (repeatable)")
     ap.add_argument("--json", type=Path, default=None, help="also write the per-case results here")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
@@ -273,12 +304,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.data}: {e}", file=sys.stderr)
         return 2
     usable = [r for r in rows if r["usable"] == "yes"]
+    if args.hw_set and usable:
+        try:
+            with_hardware_settings(usable[0], args.hw_set)
+        except Exception as e:  # noqa: BLE001 - a bad --hw-set is bad input
+            print(f"error: --hw-set {args.hw_set}: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+            return 2
     out, by_source = [], {}
     print(f"{'case':32} {'metric':28} {'predicted':>10} {'published':>10} {'error':>8}  diagnosis")
     for row in usable:
         if args.round:
             row = {**row, "round": args.round}
         try:
+            if args.hw_set:
+                row = with_hardware_settings(row, args.hw_set)
             value, why = predict_case(row)
         except Exception as e:  # noqa: BLE001 - a case that cannot be predicted is reported, not dropped
             value, why = float("nan"), f"error: {type(e).__name__}: {e}"

@@ -105,3 +105,8 @@ def test_one_case_predicts():
     row = next(r for r in USABLE if r["case_id"] == "EAGLE3-H100-L8B-BS1-BASE")
     value, why = pc.predict_case(row)
     assert math.isfinite(value) and value > 0 and why.startswith("tp1 ")
+
+
+def test_bad_input_exits_2(tmp_path):
+    assert pc.main(["--hw-set", "efficiency.no_such_field=3"]) == 2
+    assert pc.main(["--data", str(tmp_path / "missing.csv")]) == 2
