@@ -334,12 +334,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {row['case_id']:32} {row['reason']}")
     errors = [e for errs in by_source.values() for e in errs]
     failed = len(usable) - len(errors)
+    missed = sum(1 for o in out if o["predicted"] == 0.0)
     print("\nabsolute error by source:")
     for key in sorted(by_source):
         med, p90 = _summary(by_source[key])
         print(f"  {key:10} median {med:6.1f} %  p90 {p90:6.1f} %  ({len(by_source[key])} cases)")
     if failed:
         print(f"  {failed} usable case(s) could not be predicted (see 'error:' above)")
+    if missed:
+        print(f"  {missed} case(s) predicted 0 (rate unreachable or infeasible: -100 %, counted in the summary)")
     print(f"wall {time.perf_counter() - t0:.1f} s")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, allow_nan=True) + "\n", encoding="utf-8")
