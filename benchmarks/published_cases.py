@@ -32,8 +32,9 @@ and address); hardware, model (bundled profile IDs); accelerators; isl, osl (tok
 (precision); round (the preset: v5.1 for 2025 sources, v6.0 for the undated nightly InferenceX
 data); tp, ep, dp (fixed layout axes, empty = searched); batch (decode sequences per instance, empty
 = searched); mtp_depth, mtp_accept_len; enable, disable (optimization kinds, ';'-separated);
-params (KIND.PARAM=VALUE, ";"-separated); engine (engine settings
-per attention rank, KEY=VALUE, e.g. max_num_tokens); condition, condition_value (what the source fixes: batch,
+params (KIND.PARAM=VALUE, ';'-separated); engine (engine settings per attention rank, KEY=VALUE,
+e.g. max_num_tokens; on top of the round's engine defaults, without the MLPerf recipes' per-model
+overrides, see ``case_preset``); condition, condition_value (what the source fixes: batch,
 batch_per_rank, per_user_rate in tok/s/user, tokens_per_device); metric, value (as published);
 ref_hardware, ref_accelerators (ratio rows); layout_notes; assumed (conditions the source does not
 state, the value used and why); usable (yes/no) and reason (why not).
