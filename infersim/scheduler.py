@@ -45,8 +45,8 @@ from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan
-from .serving import (ServingResult, WorkloadStats, _prefill, _two_gamma_quantiles, gamma_cdf, mix_rate_states,
-                      mixture_z, palm_excess, prefix_hit)
+from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
+                      mix_rate_states, mixture_z, palm_excess, prefix_hit)
 from statistics import NormalDist
 
 FFT_MAX_COUNT = 48.0
@@ -85,39 +85,160 @@ def _max_normal_moments(d: int, n: int = 4001) -> tuple[float, float]:
     return m, float(np.trapezoid(z * z * pdf, z)) - m * m
 
 
+def _cp_rows(x: np.ndarray, p: np.ndarray, ms: np.ndarray):
+    """Compound Poisson(m) sums of lengths x (probabilities p) on a token lattice of width w, for
+    each m of ``ms`` (at most ``FFT_MAX_COUNT``): (lattice, w, cdf rows). pmf = exp(m(φ − 1)) by FFT."""
+    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    w = max(1.0, float(x.max()) / 256.0)
+    top = FFT_MAX_COUNT * mu + 14.0 * np.sqrt(FFT_MAX_COUNT * m2) + x.max()
+    n = int(2 ** np.ceil(np.log2(top / w + 2)))
+    pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
+    phi = np.fft.rfft(pmf)
+    cdf = np.empty((len(ms), n))
+    for rows in np.array_split(np.arange(len(ms)), max(1, len(ms) // 16)):  # blocks of counts: one FFT call each
+        cp = np.fft.irfft(np.exp(ms[rows, None] * (phi[None, :] - 1.0)), n, axis=-1)
+        c = np.clip(np.cumsum(np.maximum(cp, 0.0), axis=-1), 0.0, 1.0)
+        cdf[rows] = c / c[:, -1:]
+    return np.arange(n) * w, w, cdf
+
+
+COUNT_AXIS = np.geomspace(1e-3, 1e4, 141)
+"""Expected prompts per rank per context iteration at which the busiest rank's tokens are tabulated."""
+
+
 @lru_cache(maxsize=64)
 def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
-    """(m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
     x = np.asarray(isl_points, dtype=float)
     p = np.asarray(isl_probs, dtype=float)
     p = p / p.sum()
     mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
-    ms = np.geomspace(1e-3, 1e4, 141)
+    ms = COUNT_AXIS
     emax, vmax = np.empty_like(ms), np.empty_like(ms)
     en, vn = _max_normal_moments(d)
     small = ms <= FFT_MAX_COUNT
     big = ~small
     emax[big] = ms[big] * mu + np.sqrt(ms[big] * m2) * en
     vmax[big] = ms[big] * m2 * vn
-    # exact compound Poisson on a token grid: bins of w tokens, pmf by FFT of exp(m(φ − 1))
-    w = max(1.0, float(x.max()) / 256.0)
-    top = FFT_MAX_COUNT * mu + 14.0 * np.sqrt(FFT_MAX_COUNT * m2) + x.max()
-    n = int(2 ** np.ceil(np.log2(top / w + 2)))
-    pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
-    phi = np.fft.rfft(pmf)
-    grid = np.arange(n) * w
-    idx = np.nonzero(small)[0]
-    for rows in np.array_split(idx, max(1, len(idx) // 16)):  # blocks of counts: one FFT call each
-        cp = np.fft.irfft(np.exp(ms[rows, None] * (phi[None, :] - 1.0)), n, axis=-1)
-        cdf = np.clip(np.cumsum(np.maximum(cp, 0.0), axis=-1), 0.0, 1.0)
-        cdf /= cdf[:, -1:]
-        fmax = cdf ** d
-        pm = np.diff(fmax, axis=-1, prepend=0.0)
-        e = np.sum(pm * grid, axis=-1)
-        emax[rows] = e
-        vmax[rows] = np.sum(pm * grid * grid, axis=-1) - e * e
-    # the discretisation shifts lengths by < w/2: rescale the means so d = 1 gives m·E[ISL]
+    grid, _, cdf = _cp_rows(x, p, ms[small])
+    pm = np.diff(cdf ** d, axis=-1, prepend=0.0)
+    e = np.sum(pm * grid, axis=-1)
+    emax[small] = e
+    vmax[small] = np.sum(pm * grid * grid, axis=-1) - e * e
     return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
+
+
+CAP_AXIS = np.geomspace(1.0, 1e7, 141)
+"""Prompt tokens a rank can take per context iteration (its free token budget) at which the
+capped busiest-rank tokens are tabulated."""
+
+
+@lru_cache(maxsize=64)
+def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """A rank takes at most c prompt tokens per context iteration (its budget left beside its decode
+    tokens); the rest waits for the next one. Per (log m, log c) of ``COUNT_AXIS`` × ``CAP_AXIS``:
+
+    - m': the offered count whose capped sum carries the arrivals, E[min(A(m'), c)] = m·E[ISL]
+      (A(m) a rank's compound Poisson prompt tokens): the tokens a rank holds at a context
+      iteration, its new prompts plus the backlog carried from earlier ones, taken as A(m'),
+      so that what the ranks take per iteration equals what arrives (∞ where m·E[ISL] ≥ c);
+    - E[Y], E[Y²] of Y = max over d ranks of min(A(m'), c), the busiest rank's tokens taken;
+    - P(A(m') > c): the chance a rank carries a backlog into the next context iteration.
+    """
+    x = np.asarray(isl_points, dtype=float)
+    p = np.asarray(isl_probs, dtype=float)
+    p = p / p.sum()
+    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    ms, cs = COUNT_AXIS, CAP_AXIS
+    small = ms <= FFT_MAX_COUNT
+    k1 = np.empty((len(ms), len(cs)))  # E[min(A, c)]
+    k12, kd, kd2, over = np.empty_like(k1), np.empty_like(k1), np.empty_like(k1), np.empty_like(k1)
+    # lattice rows: E[min(Y, c)] = Σ_j w·P(Y > j·w), E[min(Y, c)²] = Σ_j (2j + 1)·w²·P(Y > j·w)
+    grid, w, cdf = _cp_rows(x, p, ms[small])
+    j = np.arange(grid.size)
+    for out, tail in ((k1, 1.0 - cdf), (kd, 1.0 - cdf ** d)):
+        acc = np.concatenate([np.zeros((tail.shape[0], 1)), np.cumsum(tail * w, axis=-1)], axis=-1)
+        out[small] = np.array([np.interp(cs / w, np.arange(grid.size + 1), a) for a in acc])
+    for out, tail in ((k12, 1.0 - cdf), (kd2, 1.0 - cdf ** d)):
+        acc = np.concatenate([np.zeros((tail.shape[0], 1)), np.cumsum(tail * (2 * j + 1) * w * w, axis=-1)], axis=-1)
+        out[small] = np.array([np.interp(cs / w, np.arange(grid.size + 1), a) for a in acc])
+    over[small] = 1.0 - np.array([np.interp(cs, grid, r) for r in cdf])
+    # normal rows: quadrature of the tails over [0, c] (the integrand is 1 below mean − 10 sd)
+    mb = ms[~small, None]
+    mean, sd = mb * mu, np.sqrt(mb * m2)
+    lo = np.clip(mean - 10.0 * sd, 0.0, cs[None, :])
+    hi = np.clip(mean + 10.0 * sd, lo, cs[None, :])
+    u = np.linspace(0.0, 1.0, 257)
+    y = lo[..., None] + (hi - lo)[..., None] * u
+    f = _norm_cdf((y - mean[..., None]) / sd[..., None])
+    span = (hi - lo)
+    trap = lambda g: span * np.trapezoid(g, u, axis=-1)  # noqa: E731
+    k1[~small] = lo + trap(1.0 - f)
+    kd[~small] = lo + trap(1.0 - f ** d)
+    k12[~small] = lo * lo + trap(2.0 * y * (1.0 - f))
+    kd2[~small] = lo * lo + trap(2.0 * y * (1.0 - f ** d))
+    over[~small] = 1.0 - _norm_cdf((cs[None, :] - mean) / sd)
+    k1 = np.maximum.accumulate(k1, axis=0)
+    # m' per column: invert E[min(A(m'), c)] = m·E[ISL] along m
+    lm = np.log(ms)
+    lm_eff = np.empty_like(k1)
+    for jc in range(len(cs)):
+        col = k1[:, jc]
+        target = ms * mu
+        inside = target < col[-1] * (1.0 - 1e-9)
+        lm_eff[:, jc] = np.where(inside, np.interp(target, col, lm), np.inf)
+    # the capped figures at m' (row interpolation per column; beyond the axis the rank is full)
+    ey, ey2, pov, v2 = (np.empty_like(k1) for _ in range(4))
+    for jc in range(len(cs)):
+        le = np.minimum(lm_eff[:, jc], lm[-1])
+        ey[:, jc] = np.interp(le, lm, kd[:, jc])
+        ey2[:, jc] = np.interp(le, lm, kd2[:, jc])
+        pov[:, jc] = np.interp(le, lm, over[:, jc])
+        v2[:, jc] = np.interp(le, lm, k12[:, jc])
+    # mean backlog carried W = (V + A − c)⁺ of the discrete-time queue with V = A(m'): from
+    # E[W'] = E[W], E[W] = (E[A²] − E[min(V, c)²]) / (2(c − E[A])) (the Lindley recursion's second
+    # moment, with E[min(V, c)] = E[A]); a Monte Carlo of the recursion gives 37 / 364 tokens where
+    # this gives 37 / 374 (llama2-70b prompts, 0.65 / 1.32 per iteration, c = 464 / 415)
+    ea = ms[:, None] * mu
+    with np.errstate(invalid="ignore", divide="ignore"):
+        back = np.where(np.isfinite(lm_eff), np.maximum(ms[:, None] * m2 + ea * ea - v2, 0.0)
+                        / np.maximum(2.0 * (cs[None, :] - ea), 1e-30), np.inf)
+    return lm, np.log(cs), lm_eff, ey, ey2, np.clip(pov, 0.0, 1.0), np.log(np.maximum(back, 1e-30)), mu, m2
+
+
+def _bilinear(table, lx, ly, x, y):
+    """Table on (lx, ly) at points (x, y) (log coordinates, clamped to the axes)."""
+    x = np.clip(x, lx[0], lx[-1])
+    y = np.clip(y, ly[0], ly[-1])
+    i = np.clip(np.searchsorted(lx, x) - 1, 0, len(lx) - 2)
+    j = np.clip(np.searchsorted(ly, y) - 1, 0, len(ly) - 2)
+    fx = (x - lx[i]) / (lx[i + 1] - lx[i])
+    fy = (y - ly[j]) / (ly[j + 1] - ly[j])
+    return ((1 - fx) * (1 - fy) * table[i, j] + fx * (1 - fy) * table[i + 1, j] + (1 - fx) * fy * table[i, j + 1]
+            + fx * fy * table[i + 1, j + 1])
+
+
+def capped_tokens(stats: WorkloadStats, count, cap, d):
+    """The busiest rank's prompt tokens per context iteration when a rank takes at most ``cap``
+    ISL tokens (``_capped_table``): (E[Y], Var[Y], P(a rank carries a backlog), mean backlog in
+    ISL tokens, stable). ``count``: expected new prompts per rank per context iteration."""
+    count, cap, d = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(cap, dtype=float), np.asarray(d))
+    ey, vy, pov, back = (np.zeros(count.shape) for _ in range(4))
+    stable = count * stats.isl_mean < cap
+    for dv in np.unique(d):
+        lm, lc, lm_eff, t_y, t_y2, t_ov, t_back, _, _ = _capped_table(tuple(stats.isl_points), tuple(stats.isl_probs),
+                                                              max(int(dv), 1))
+        sel = d == dv
+        c = np.clip(count[sel], 1e-3, 1e4)
+        x, y = np.log(c), np.log(cap[sel])
+        scale = count[sel] / c  # below the axis: linear in the count (at most one prompt on a rank)
+        m1 = _bilinear(t_y, lm, lc, x, y)
+        ey[sel] = m1 * scale
+        vy[sel] = np.maximum(_bilinear(t_y2, lm, lc, x, y) - m1 * m1, 0.0) * scale
+        pov[sel] = _bilinear(t_ov, lm, lc, x, y)
+        back[sel] = np.exp(_bilinear(np.minimum(t_back, 60.0), lm, lc, x, y)) * scale
+    back = np.where(stable, back, np.inf)
+    return ey, vy, pov, back, stable
 
 
 def busiest_tokens(stats: WorkloadStats, count, d):
@@ -194,12 +315,13 @@ def padded_rows(engine, batch, d):
 
 # ---- admission gate ----------------------------------------------------------------------------------
 
-def gate_moments(e, batch, d, per_iter, offset=0.0):
+def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
     """E[G], Var[G] and the third central moment of the iterations between context iterations
     (1, 0, 0 with the gate off).
 
     ``per_iter`` + ``offset``: a rank's mean arrivals by the k-th check after an admission are
-    per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall).
+    per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall);
+    ``carried``: the chance a rank still holds a prompt the last admission left for lack of budget.
     """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -216,14 +338,15 @@ def gate_moments(e, batch, d, per_iter, offset=0.0):
     m3 = np.zeros_like(alive)
     for k in range(1, T + 1):
         mk = per_iter * k + offset
-        f = (1.0 - np.exp(-mk)) ** d
+        none = (1.0 - carried) * np.exp(-mk)  # this rank holds no prompt
+        f = (1.0 - none) ** d
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
         g_all = k + W * (1.0 - p_idle)
         m1 += alive * h_all * g_all
         m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
         m3 += alive * h_all * g_all**3
         rest = alive * (1.0 - h_all)
-        waiting = 1.0 - np.exp(-mk * d)
+        waiting = 1.0 - none**d
         h_idle = p_idle * waiting if k < T else 1.0
         m1 += rest * h_idle * k
         m2 += rest * h_idle * k * k
@@ -333,16 +456,30 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     per_iter = batch * L / (stats.osl_mean * d)
     eg, vg, g3 = gate_moments(engine, batch, d, per_iter)
     gated = (d > 1) & (engine.gate_timeout_iters > 0)
+    budget = engine.max_num_tokens is not None and stats.isl_points is not None
+    # ISL tokens a rank can take per context iteration: its budget left beside its decode tokens
+    cap = np.maximum(engine.max_num_tokens - batch / d * dq, 1.0) / prompt_scale if budget else None
+    if budget and engine.chunked_prefill:
+        # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
+        # the following iterations, gate or not: it takes one prompt's overshoot more per context
+        # iteration (mean overshoot of a renewal sum past a level, E[ISL²]/(2·E[ISL]))
+        cap = np.where(gated, cap + stats.isl_sq / (2.0 * stats.isl_mean), cap)
+    carried = 0.0
     for _ in range(3 if np.any(gated) else 1):
         # prompts per context iteration (at least one) and the busiest rank's tokens
         n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
-        big_mean, big_var = busiest_tokens(stats, n / d, d)
+        if budget:  # at most ``cap`` per rank, the rest carried to the next context iteration
+            big_mean, big_var, _, _, _ = capped_tokens(stats, n / d, cap, d)
+        else:
+            big_mean, big_var = busiest_tokens(stats, n / d, d)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
         s_mean = prefill_time(n, imb)
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
             rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
-            eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d)
+            if budget:  # ranks that carry a prompt into the next context iteration
+                _, _, carried, _, _ = capped_tokens(stats, batch * L / stats.osl_mean * eg / d, cap, d)
+            eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried)
     s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
     # renewal arrivals (c_a² ≠ 1): a rank's count per period has variance (1 + (c_a² − 1)/d) × its
@@ -351,31 +488,58 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if stats.arrival_scv != 1.0 else big_var
     # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
     s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
-    chunk_wait = 0.0
-    if engine.chunked_prefill and engine.max_num_tokens is not None:
-        # a rank prefills at most its free budget per iteration: the busiest rank's prompts take
-        # ceil(tokens / free) context iterations, and prompt tokens queue at that service rate
-        # (M/D/1 wait at utilisation u = prompt tokens arriving per iteration / free)
-        free = np.maximum(engine.max_num_tokens - batch / d * dq, 1.0)
-        eg = eg + np.maximum(big_mean / free - 1.0, 0.0)
-        u = per_iter * stats.isl_mean * prompt_scale / free
-        per_prompt = stats.isl_mean * prompt_scale / free
-        chunk_wait = np.where(u < 1, per_prompt * (np.maximum(per_prompt - 1.0, 0.0) + u / (2.0 * np.maximum(1.0 - u, 1e-9))), np.inf)
     # stall of one more prompt on the busiest rank (the requests that come with a tagged one)
     s_extra = np.where(d > 1, s_tok * stats.isl_mean * prompt_scale / d, s_mean)
-    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra)
-    if engine.chunked_prefill and engine.max_num_tokens is not None:
-        extra = chunk_wait * res.iteration_s
-        res.ttft_mean, res.ttft_p99, res.ttft_p50 = res.ttft_mean + extra, res.ttft_p99 + extra, res.ttft_p50 + extra
-        res.e2e_p99 = res.e2e_p99 + extra
+    extra = None
+    if budget:  # the backlog of a rank's queue at its mean arrivals per context iteration
+        m_rank = batch * L / stats.osl_mean * eg / d
+        _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
+        # a prompt that waits does so behind a full rank: each context iteration it waits is one
+        # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
+        full = eg * t_d + s_tok * np.maximum(cap * prompt_scale, big_mean)
+        extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
     return res
 
 
+WAIT_MAX_PERIODS = 512
+"""Most context iterations a prompt may wait for its rank's budget that ``budget_wait`` sums over."""
+
+
+def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
+    """Mean and variance of the context iterations a prompt waits beyond the first one after its
+    arrival because its rank takes at most ``cap`` tokens per context iteration (a chunked prompt
+    is prefilled over several; a whole one waits until it fits).
+
+    Ahead of a tagged prompt of P tokens on its rank: the backlog W carried into the iteration
+    (none with probability 1 − ``p_over``, else exponential of mean ``backlog``/``p_over``, the
+    backlog of a discrete-time queue near its overflow) and the prompts that arrived before it
+    since the last context iteration (half the period's, compound Poisson). With Z = (W + A + P)/c
+    its last token is taken in context iteration ceil(Z): K = ceil(Z) − 1 more, E[K] = Σ_k P(Z > k),
+    E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0. Returns (E[K], Var[K],
+    P(K ≥ 1))."""
+    mu, m2 = stats.isl_mean, stats.isl_sq
+    mean0 = (0.5 * count * mu + mu) / cap
+    var0 = (0.5 * count * m2 + m2 - mu * mu) / cap**2
+    wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
+    mean1, var1 = mean0 + wpos, var0 + wpos * wpos
+    top = np.where(stable, mean1 + 12.0 * np.sqrt(var1), 0.0)
+    kmax = int(min(max(np.ceil(np.max(top)) if top.size else 1, 1), WAIT_MAX_PERIODS))
+    k = np.arange(1, kmax + 1, dtype=float)
+    sh = (...,) + (None,)
+    tail = (1.0 - p_over[sh]) * (1.0 - gamma_cdf(k, mean0[sh], var0[sh])) \
+        + p_over[sh] * (1.0 - gamma_cdf(k, mean1[sh], var1[sh]))
+    e1 = np.sum(tail, axis=-1)
+    e2 = np.sum((2.0 * k - 1.0) * tail, axis=-1)
+    p1 = np.where(stable, tail[..., 0], 1.0)
+    return np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
+
+
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
-             s_extra=None) -> EngineResult:
+             s_extra=None, budget_wait=None) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
@@ -417,8 +581,21 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         b_mean = b_mean + e_n * s_extra
         b_var = b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean)
     i_mean = t_d + s_mean
-    ttft_mean = busy * b_mean + idle * i_mean
-    ttft_p, ttft_p50 = _two_gamma_quantiles(busy, b_mean, b_var, idle, i_mean, s_var, (q, 0.5))
+    if budget_wait is None:
+        ttft_mean = busy * b_mean + idle * i_mean
+        ttft_p, ttft_p50 = _two_gamma_quantiles(busy, b_mean, b_var, idle, i_mean, s_var, (q, 0.5))
+    else:
+        # K more context iterations waited for the rank's token budget: the prompts served in their
+        # first context iteration (and an idle engine's) and those that wait, one gamma each
+        k_mean, k_var, p_wait, c_full = budget_wait
+        with np.errstate(divide="ignore", invalid="ignore"):
+            k1 = np.where(p_wait > 0, k_mean / np.maximum(p_wait, 1e-300), 1.0)
+            k1_var = np.maximum((k_var + k_mean**2) / np.maximum(p_wait, 1e-300) - k1 * k1, 0.0)
+        w0, w1 = busy * (1.0 - p_wait) + idle, busy * p_wait
+        m0 = (busy * (1.0 - p_wait) * b_mean + idle * i_mean) / np.maximum(w0, 1e-300)
+        m1, v1 = b_mean + k1 * c_full, b_var + k1_var * c_full * c_full
+        ttft_mean = busy * (b_mean + k_mean * c_full) + idle * i_mean
+        ttft_p, ttft_p50 = _two_gamma_quantiles(w0, m0, b_var, w1, m1, v1, (q, 0.5))
     it_mean = c_mean / eg
     tpot_mean = it_mean / L
     # variance per iteration of a long run: the stalls' variance and the count of context iterations
