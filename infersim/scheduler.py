@@ -477,10 +477,14 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     for _ in range(3 if np.any(gated) else 1):
         # prompts per context iteration (at least one) and the busiest rank's tokens
         n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
-        if budget:  # at most ``cap`` per rank, the rest carried to the next context iteration
-            big_mean, big_var, _, _, _ = capped_tokens(stats, n / d, cap, d)
-        else:
-            big_mean, big_var = busiest_tokens(stats, n / d, d)
+        big_mean, big_var = busiest_tokens(stats, n / d, d)
+        if budget:  # at most ``cap`` per rank, the rest carried: the busiest rank's share shrinks
+            # by the capped / uncapped ratio at the ranks' mean arrivals per context iteration
+            m_true = batch * L / stats.osl_mean * eg / d
+            c_mean, c_var, _, _, _ = capped_tokens(stats, m_true, cap, d)
+            u_mean, u_var = busiest_tokens(stats, m_true, d)
+            big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
+            big_var = big_var * np.clip(c_var / np.maximum(u_var, 1e-30), 0.0, 1.0)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
         s_mean = prefill_time(n, imb)
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall

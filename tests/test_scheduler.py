@@ -288,3 +288,22 @@ def test_run_qps_reports_the_completed_rate_below_the_steady_state():
     assert short["completed_tokens_per_s"] < long["completed_tokens_per_s"] < long["tokens_per_s"]
     code, out = _cli(base[:-2] + ["--samples", "0"])
     assert code == 2 and "--samples" in out
+
+
+def test_run_engine_takes_the_runs_own_settings():
+    """A run's engine settings (data/mlperf_engine_settings.csv) replace the preset's where given:
+    vLLM's non-chunked 40,960-token budget, a TensorRT-LLM ADP run's gate; blanks keep the preset."""
+    from infersim import at_load
+
+    base = Engine(max_batch_size=512, max_num_tokens=3456, chunked_prefill=True, gate_timeout_iters=6, gate_wait_iters=2)
+    e = at_load.run_engine(base, {"max_batch_size": "600", "max_num_tokens": "40960", "enable_chunked_prefill": "False",
+                                  "enable_attention_dp": "", "cuda_graph_batch_sizes": "1..512 (11 sizes)"})
+    assert (e.max_batch_size, e.max_num_tokens, e.chunked_prefill) == (600, 40960, False)
+    assert (e.gate_timeout_iters, e.graph_sizes) == (6, None)
+    e = at_load.run_engine(base, {"enable_attention_dp": "True", "adp_timeout_iters": "9", "adp_batching_wait_iters": "3",
+                                  "cuda_graph_batch_sizes": "512 128 256", "stream_interval": "100"})
+    assert (e.gate_timeout_iters, e.gate_wait_iters, e.graph_sizes, e.stream_interval) == (9, 3, (128, 256, 512), 100)
+    assert at_load.run_engine(base, {"enable_attention_dp": "False"}).gate_timeout_iters == 0
+    runs = at_load.load_engine_settings()
+    amd = runs[("v5.1", "AMD", "8xMI300X_2xEPYC_9575F", "llama2-70b-99", "Interactive")]
+    assert at_load.run_engine(Engine(), amd).max_num_tokens == 40960
