@@ -484,7 +484,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             c_mean, c_var, _, _, _ = capped_tokens(stats, m_true, cap, d)
             u_mean, u_var = busiest_tokens(stats, m_true, d)
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
-            big_var = big_var * np.clip(c_var / np.maximum(u_var, 1e-30), 0.0, 1.0)
+            big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
         s_mean = prefill_time(n, imb)
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
@@ -509,9 +509,9 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
-        full = eg * t_d + s_tok * np.maximum(cap * prompt_scale, big_mean)
+        full = eg * t_d + s_tok * cap * prompt_scale
         extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
-    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -552,7 +552,7 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
 
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
-             s_extra=None, budget_wait=None) -> EngineResult:
+             s_extra=None, budget_wait=None, capped: bool = False) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
@@ -561,7 +561,9 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     c_mean = eg * t_d / (1.0 - rho)
     # renewal arrivals: count variance c_a² × mean (serving.queue_metrics); d > 1 via big_var
     s_sq_count = s_sq if ca2 == 1.0 else s_sq + (ca2 - 1.0) * s_mean * s_mean
-    if one:
+    if capped:  # a token budget caps each rank's prompt tokens per context iteration (any d)
+        vx = s_tok * s_tok * big_var
+    elif one:
         vx = rate * c_mean * s_sq_count
     else:
         vx = np.where(d > 1, s_tok * s_tok * big_var, rate * c_mean * s_sq_count)
