@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
+from scipy.special import gammaincc
 
 from .engine import step_cost
 from .errors import Reason, require
@@ -106,13 +107,20 @@ COUNT_AXIS = np.geomspace(1e-3, 1e4, 141)
 """Expected prompts per rank per context iteration at which the busiest rank's tokens are tabulated."""
 
 
-@lru_cache(maxsize=64)
-def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
-    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+@lru_cache(maxsize=16)
+def _cp_table(isl_points: tuple, isl_probs: tuple):
+    """``_cp_rows`` over the lattice part of ``COUNT_AXIS`` (shared by every d), with E[ISL], E[ISL²]."""
     x = np.asarray(isl_points, dtype=float)
     p = np.asarray(isl_probs, dtype=float)
     p = p / p.sum()
-    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    grid, w, cdf = _cp_rows(x, p, COUNT_AXIS[COUNT_AXIS <= FFT_MAX_COUNT])
+    return grid, w, cdf, float(np.sum(p * x)), float(np.sum(p * x * x))
+
+
+@lru_cache(maxsize=64)
+def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+    grid, _, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
     ms = COUNT_AXIS
     emax, vmax = np.empty_like(ms), np.empty_like(ms)
     en, vn = _max_normal_moments(d)
@@ -120,7 +128,6 @@ def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     big = ~small
     emax[big] = ms[big] * mu + np.sqrt(ms[big] * m2) * en
     vmax[big] = ms[big] * m2 * vn
-    grid, _, cdf = _cp_rows(x, p, ms[small])
     pm = np.diff(cdf ** d, axis=-1, prepend=0.0)
     e = np.sum(pm * grid, axis=-1)
     emax[small] = e
@@ -145,16 +152,12 @@ def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
     - E[Y], E[Y²] of Y = max over d ranks of min(A(m'), c), the busiest rank's tokens taken;
     - P(A(m') > c): the chance a rank carries a backlog into the next context iteration.
     """
-    x = np.asarray(isl_points, dtype=float)
-    p = np.asarray(isl_probs, dtype=float)
-    p = p / p.sum()
-    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
     ms, cs = COUNT_AXIS, CAP_AXIS
     small = ms <= FFT_MAX_COUNT
     k1 = np.empty((len(ms), len(cs)))  # E[min(A, c)]
     k12, kd, kd2, over = np.empty_like(k1), np.empty_like(k1), np.empty_like(k1), np.empty_like(k1)
     # lattice rows: E[min(Y, c)] = Σ_j w·P(Y > j·w), E[min(Y, c)²] = Σ_j (2j + 1)·w²·P(Y > j·w)
-    grid, w, cdf = _cp_rows(x, p, ms[small])
     # only the lattice up to the largest capacity matters
     top = min(grid.size, int(np.searchsorted(grid, cs[-1])) + 2)
     grid, cdf = grid[:top], cdf[:, :top]
@@ -212,19 +215,21 @@ def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.where(np.isfinite(lm_eff), np.maximum(ms[:, None] * m2 + ea * ea - v2, 0.0)
                         / np.maximum(2.0 * (cs[None, :] - ea), 1e-30), np.inf)
-    return lm, np.log(cs), lm_eff, ey, ey2, np.clip(pov, 0.0, 1.0), np.log(np.maximum(back, 1e-30)), mu, m2
+    stack = np.stack([ey, ey2, np.clip(pov, 0.0, 1.0), np.minimum(np.log(np.maximum(back, 1e-30)), 60.0)])
+    return lm, np.log(cs), stack
 
 
-def _bilinear(table, lx, ly, x, y):
-    """Table on (lx, ly) at points (x, y) (log coordinates, clamped to the axes)."""
+def _bilinear(tables, lx, ly, x, y):
+    """Stacked tables (..., len(lx), len(ly)) on (lx, ly) at points (x, y) (log coordinates,
+    clamped to the axes): one array per leading index."""
     x = np.clip(x, lx[0], lx[-1])
     y = np.clip(y, ly[0], ly[-1])
     i = np.clip(np.searchsorted(lx, x) - 1, 0, len(lx) - 2)
     j = np.clip(np.searchsorted(ly, y) - 1, 0, len(ly) - 2)
     fx = (x - lx[i]) / (lx[i + 1] - lx[i])
     fy = (y - ly[j]) / (ly[j + 1] - ly[j])
-    return ((1 - fx) * (1 - fy) * table[i, j] + fx * (1 - fy) * table[i + 1, j] + (1 - fx) * fy * table[i, j + 1]
-            + fx * fy * table[i + 1, j + 1])
+    return ((1 - fx) * (1 - fy) * tables[:, i, j] + fx * (1 - fy) * tables[:, i + 1, j]
+            + (1 - fx) * fy * tables[:, i, j + 1] + fx * fy * tables[:, i + 1, j + 1])
 
 
 def capped_tokens(stats: WorkloadStats, count, cap, d):
@@ -235,17 +240,15 @@ def capped_tokens(stats: WorkloadStats, count, cap, d):
     ey, vy, pov, back = (np.zeros(count.shape) for _ in range(4))
     stable = count * stats.isl_mean < cap
     for dv in np.unique(d):
-        lm, lc, lm_eff, t_y, t_y2, t_ov, t_back, _, _ = _capped_table(tuple(stats.isl_points), tuple(stats.isl_probs),
-                                                              max(int(dv), 1))
+        lm, lc, tables = _capped_table(tuple(stats.isl_points), tuple(stats.isl_probs), max(int(dv), 1))
         sel = d == dv
         c = np.clip(count[sel], 1e-3, 1e4)
-        x, y = np.log(c), np.log(cap[sel])
         scale = count[sel] / c  # below the axis: linear in the count (at most one prompt on a rank)
-        m1 = _bilinear(t_y, lm, lc, x, y)
+        m1, m2, ov, lb = _bilinear(tables, lm, lc, np.log(c), np.log(cap[sel]))
         ey[sel] = m1 * scale
-        vy[sel] = np.maximum(_bilinear(t_y2, lm, lc, x, y) - m1 * m1, 0.0) * scale
-        pov[sel] = _bilinear(t_ov, lm, lc, x, y)
-        back[sel] = np.exp(_bilinear(np.minimum(t_back, 60.0), lm, lc, x, y)) * scale
+        vy[sel] = np.maximum(m2 - m1 * m1, 0.0) * scale
+        pov[sel] = ov
+        back[sel] = np.exp(lb) * scale
     back = np.where(stable, back, np.inf)
     return ey, vy, pov, back, stable
 
@@ -481,7 +484,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if budget:  # at most ``cap`` per rank, the rest carried: the busiest rank's share shrinks
             # by the capped / uncapped ratio at the ranks' mean arrivals per context iteration
             m_true = batch * L / stats.osl_mean * eg / d
-            c_mean, c_var, _, _, _ = capped_tokens(stats, m_true, cap, d)
+            c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d)
             u_mean, u_var = busiest_tokens(stats, m_true, d)
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
@@ -490,8 +493,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
             rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
-            if budget:  # ranks that carry a prompt into the next context iteration
-                _, _, carried, _, _ = capped_tokens(stats, batch * L / stats.osl_mean * eg / d, cap, d)
+            # ``carried``: ranks that carry a prompt into the next context iteration
             eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried)
     s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
@@ -518,8 +520,24 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     return res
 
 
-WAIT_MAX_PERIODS = 512
-"""Most context iterations a prompt may wait for its rank's budget that ``budget_wait`` sums over."""
+WAIT_HEAD_PERIODS = 8
+"""Context iterations of a budget wait summed term by term; the rest of the sum is its integral."""
+
+
+def _gamma_tail_sums(mean, var, head: int = WAIT_HEAD_PERIODS):
+    """Σ_k P(Z > k) and Σ_k (2k − 1)·P(Z > k) over k ≥ 1 for a gamma Z of ``mean`` and ``var``:
+    the first ``head`` terms exactly, beyond them the integrals from head + ½ (E[(Z − t)⁺] and
+    E[(Z² − t²)⁺] − E[(Z − t)⁺], regularized incomplete gamma functions)."""
+    mean = np.maximum(mean, 1e-30)
+    var = np.maximum(var, 1e-12 * mean * mean)
+    a, th = mean * mean / var, var / mean
+    k = np.arange(1, head + 1, dtype=float)
+    tail = gammaincc(a[..., None], k / th[..., None])
+    t = head + 0.5
+    q0, q1, q2 = gammaincc(a, t / th), gammaincc(a + 1.0, t / th), gammaincc(a + 2.0, t / th)
+    over1 = np.maximum(a * th * q1 - t * q0, 0.0)
+    over2 = np.maximum(a * (a + 1.0) * th * th * q2 - t * t * q0, 0.0)
+    return (np.sum(tail, axis=-1) + over1, np.sum((2.0 * k - 1.0) * tail, axis=-1) + over2 - over1, tail[..., 0])
 
 
 def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
@@ -539,15 +557,11 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     var0 = (0.5 * count * m2 + m2 - mu * mu) / cap**2
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
     mean1, var1 = mean0 + wpos, var0 + wpos * wpos
-    top = np.where(stable, mean1 + 12.0 * np.sqrt(var1), 0.0)
-    kmax = int(min(max(np.ceil(np.max(top)) if top.size else 1, 1), WAIT_MAX_PERIODS))
-    k = np.arange(1, kmax + 1, dtype=float)
-    sh = (...,) + (None,)
-    tail = (1.0 - p_over[sh]) * (1.0 - gamma_cdf(k, mean0[sh], var0[sh])) \
-        + p_over[sh] * (1.0 - gamma_cdf(k, mean1[sh], var1[sh]))
-    e1 = np.sum(tail, axis=-1)
-    e2 = np.sum((2.0 * k - 1.0) * tail, axis=-1)
-    p1 = np.where(stable, tail[..., 0], 1.0)
+    s0, s0sq, p0 = _gamma_tail_sums(mean0, var0)
+    s1, s1sq, p1 = _gamma_tail_sums(mean1, var1)
+    e1 = (1.0 - p_over) * s0 + p_over * s1
+    e2 = (1.0 - p_over) * s0sq + p_over * s1sq
+    p1 = np.where(stable, (1.0 - p_over) * p0 + p_over * p1, 1.0)
     return np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
 
 
