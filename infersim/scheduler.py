@@ -114,13 +114,32 @@ def _cp_table(isl_points: tuple, isl_probs: tuple):
     p = np.asarray(isl_probs, dtype=float)
     p = p / p.sum()
     grid, w, cdf = _cp_rows(x, p, COUNT_AXIS[COUNT_AXIS <= FFT_MAX_COUNT])
-    return grid, w, cdf, float(np.sum(p * x)), float(np.sum(p * x * x))
+    # the tables integrate the cdf's tail: every ``stride``-th lattice point is enough
+    stride = max(1, grid.size // LATTICE_POINTS)
+    return grid[::stride], (w * stride, w), np.ascontiguousarray(cdf[:, ::stride]), float(np.sum(p * x)), float(np.sum(p * x * x))
+
+
+LATTICE_POINTS = 8192
+"""Lattice points (at least) over which the tables integrate a compound Poisson sum's tail."""
+
+
+def _tail_integrals(tail: np.ndarray, grid: np.ndarray, w: tuple):
+    """E[min(Y, c)] and E[min(Y, c)²] at every lattice point c (rows; a leading 0) of a variable Y on
+    the fine lattice of width w[1] from ``tail`` = P(Y > y) sampled every w[0]: the lattice sums
+    Σ_j w·P(Y > j·w) and Σ_j (2j + 1)·w²·P(Y > j·w) as trapezoids over the samples, plus the fine
+    lattice's half-step corrections (w/2·P(Y > 0) and w·E[min(Y, c)])."""
+    step, fine = w
+    z = np.zeros((tail.shape[0], 1))
+    t1 = np.cumsum(0.5 * (tail[:, 1:] + tail[:, :-1]) * step, axis=-1)
+    t2 = np.cumsum((grid[1:] * tail[:, 1:] + grid[:-1] * tail[:, :-1]) * step, axis=-1)
+    e1 = np.concatenate([z, t1 + 0.5 * fine * tail[:, :1]], axis=-1)
+    return e1, np.concatenate([z, t2], axis=-1) + fine * e1
 
 
 @lru_cache(maxsize=64)
 def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
-    grid, _, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
+    grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
     ms = COUNT_AXIS
     emax, vmax = np.empty_like(ms), np.empty_like(ms)
     en, vn = _max_normal_moments(d)
@@ -128,10 +147,10 @@ def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     big = ~small
     emax[big] = ms[big] * mu + np.sqrt(ms[big] * m2) * en
     vmax[big] = ms[big] * m2 * vn
-    pm = np.diff(cdf ** d, axis=-1, prepend=0.0)
-    e = np.sum(pm * grid, axis=-1)
+    i1, i2 = _tail_integrals(1.0 - cdf**d, grid, w)
+    e = i1[:, -1]
     emax[small] = e
-    vmax[small] = np.sum(pm * grid * grid, axis=-1) - e * e
+    vmax[small] = i2[:, -1] - e * e
     return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
 
 
@@ -157,23 +176,15 @@ def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
     small = ms <= FFT_MAX_COUNT
     k1 = np.empty((len(ms), len(cs)))  # E[min(A, c)]
     k12, kd, kd2, over = np.empty_like(k1), np.empty_like(k1), np.empty_like(k1), np.empty_like(k1)
-    # lattice rows: E[min(Y, c)] = Σ_j w·P(Y > j·w), E[min(Y, c)²] = Σ_j (2j + 1)·w²·P(Y > j·w)
-    # only the lattice up to the largest capacity matters
-    top = min(grid.size, int(np.searchsorted(grid, cs[-1])) + 2)
-    grid, cdf = grid[:top], cdf[:, :top]
-    j = np.arange(grid.size)
-    tail1, taild = 1.0 - cdf, 1.0 - np.power(cdf, d) if d > 1 else 1.0 - cdf
-    pos = np.arange(grid.size + 1)
-    for out, tail, wt in ((k1, tail1, w), (kd, taild, w), (k12, tail1, (2 * j + 1) * w * w), (kd2, taild, (2 * j + 1) * w * w)):
-        acc = np.concatenate([np.zeros((tail.shape[0], 1)), np.cumsum(tail * wt, axis=-1)], axis=-1)
-        # piecewise-linear in c between lattice points, constant beyond the lattice
-        xi = np.clip(cs / w, 0.0, grid.size)
-        i0 = np.minimum(xi.astype(int), grid.size - 1)
-        f = xi - i0
-        out[small] = acc[:, i0] * (1.0 - f) + acc[:, i0 + 1] * f
-    xi = np.clip(cs / w, 0.0, grid.size - 1.0)
+    # lattice rows: the tails' integrals up to c (piecewise linear in c, constant beyond the lattice)
+    tail1 = 1.0 - cdf
+    xi = np.clip(cs / w[0], 0.0, grid.size - 1.0)
     i0 = np.minimum(xi.astype(int), grid.size - 2)
-    over[small] = 1.0 - (cdf[:, i0] * (1.0 - (xi - i0)) + cdf[:, i0 + 1] * (xi - i0))
+    f = xi - i0
+    for (a, b), tail in (((k1, k12), tail1), ((kd, kd2), 1.0 - cdf**d if d > 1 else tail1)):
+        for out, acc in zip((a, b), _tail_integrals(tail, grid, w)):
+            out[small] = acc[:, i0] * (1.0 - f) + acc[:, i0 + 1] * f
+    over[small] = 1.0 - (cdf[:, i0] * (1.0 - f) + cdf[:, i0 + 1] * f)
     # normal rows: quadrature of the tails over [0, c] (the integrand is 1 below mean − 10 sd)
     mb = ms[~small, None]
     mean, sd = mb * mu, np.sqrt(mb * m2)
