@@ -159,63 +159,52 @@ CAP_AXIS = np.geomspace(1.0, 1e7, 141)
 capped busiest-rank tokens are tabulated."""
 
 
-@lru_cache(maxsize=64)
-def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
-    """A rank takes at most c prompt tokens per context iteration (its budget left beside its decode
-    tokens); the rest waits for the next one. Per (log m, log c) of ``COUNT_AXIS`` × ``CAP_AXIS``:
-
-    - m': the offered count whose capped sum carries the arrivals, E[min(A(m'), c)] = m·E[ISL]
-      (A(m) a rank's compound Poisson prompt tokens): the tokens a rank holds at a context
-      iteration, its new prompts plus the backlog carried from earlier ones, taken as A(m'),
-      so that what the ranks take per iteration equals what arrives (∞ where m·E[ISL] ≥ c);
-    - E[Y], E[Y²] of Y = max over d ranks of min(A(m'), c), the busiest rank's tokens taken;
-    - P(A(m') > c): the chance a rank carries a backlog into the next context iteration.
-    """
-    grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
-    ms, cs = COUNT_AXIS, CAP_AXIS
-    small = ms <= FFT_MAX_COUNT
-    k1 = np.empty((len(ms), len(cs)))  # E[min(A, c)]
-    k12, kd, kd2, over = np.empty_like(k1), np.empty_like(k1), np.empty_like(k1), np.empty_like(k1)
-    # lattice rows: the tails' integrals up to c (piecewise linear in c, constant beyond the lattice)
-    tail1 = 1.0 - cdf
-    xi = np.clip(cs / w[0], 0.0, grid.size - 1.0)
+def _lattice_caps(grid, w, cdf, tail):
+    """E[min(Y, c)] and E[min(Y, c)²] at every capacity of ``CAP_AXIS`` (rows of a lattice tail)."""
+    xi = np.clip(CAP_AXIS / w[0], 0.0, grid.size - 1.0)
     i0 = np.minimum(xi.astype(int), grid.size - 2)
     f = xi - i0
-    for (a, b), tail in (((k1, k12), tail1), ((kd, kd2), 1.0 - cdf**d if d > 1 else tail1)):
-        for out, acc in zip((a, b), _tail_integrals(tail, grid, w)):
-            out[small] = acc[:, i0] * (1.0 - f) + acc[:, i0 + 1] * f
-    over[small] = 1.0 - (cdf[:, i0] * (1.0 - f) + cdf[:, i0 + 1] * f)
-    # normal rows: quadrature of the tails over [0, c] (the integrand is 1 below mean − 10 sd)
-    mb = ms[~small, None]
-    mean, sd = mb * mu, np.sqrt(mb * m2)
+    return [acc[:, i0] * (1.0 - f) + acc[:, i0 + 1] * f for acc in _tail_integrals(tail, grid, w)]
+
+
+def _normal_caps(mean, sd, d: int):
+    """E[min(Y, c)], E[min(Y, c)²] (Y the largest of d normals, rows) and P(one > c) at every
+    capacity of ``CAP_AXIS``: quadrature of the tails over [0, c] (1 below mean − 10 sd)."""
+    cs = CAP_AXIS
     lo = np.clip(mean - 10.0 * sd, 0.0, cs[None, :])
     hi = np.clip(mean + 10.0 * sd, lo, cs[None, :])
     u = np.linspace(0.0, 1.0, 65)
     y = lo[..., None] + (hi - lo)[..., None] * u
     f = _norm_cdf((y - mean[..., None]) / sd[..., None])
-    fd = np.power(f, d) if d > 1 else f
-    span = (hi - lo)
-    trap = lambda g: span * np.trapezoid(g, u, axis=-1)  # noqa: E731
-    k1[~small] = lo + trap(1.0 - f)
-    kd[~small] = lo + trap(1.0 - fd)
-    k12[~small] = lo * lo + trap(2.0 * y * (1.0 - f))
-    kd2[~small] = lo * lo + trap(2.0 * y * (1.0 - fd))
-    over[~small] = 1.0 - _norm_cdf((cs[None, :] - mean) / sd)
+    tail = 1.0 - (np.power(f, d) if d > 1 else f)
+    span = hi - lo
+    return (lo + span * np.trapezoid(tail, u, axis=-1), lo * lo + span * np.trapezoid(2.0 * y * tail, u, axis=-1),
+            1.0 - _norm_cdf((cs[None, :] - mean) / sd))
+
+
+@lru_cache(maxsize=16)
+def _rank_queue_table(isl_points: tuple, isl_probs: tuple):
+    """One rank's queue per (log m, log c) of ``COUNT_AXIS`` × ``CAP_AXIS`` (d-independent part of
+    ``_capped_table``): log m' with E[min(A(m'), c)] = m·E[ISL] (∞ where m·E[ISL] ≥ c), P(A(m') > c)
+    and log of the mean carried backlog."""
+    grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
+    ms, cs = COUNT_AXIS, CAP_AXIS
+    small = ms <= FFT_MAX_COUNT
+    k1, k12, over = (np.empty((len(ms), len(cs))) for _ in range(3))
+    k1[small], k12[small] = _lattice_caps(grid, w, cdf, 1.0 - cdf)
+    xi = np.clip(cs / w[0], 0.0, grid.size - 1.0)
+    i0 = np.minimum(xi.astype(int), grid.size - 2)
+    over[small] = 1.0 - (cdf[:, i0] * (1.0 - (xi - i0)) + cdf[:, i0 + 1] * (xi - i0))
+    mb = ms[~small, None]
+    k1[~small], k12[~small], over[~small] = _normal_caps(mb * mu, np.sqrt(mb * m2), 1)
     k1 = np.maximum.accumulate(k1, axis=0)
-    # m' per column: invert E[min(A(m'), c)] = m·E[ISL] along m
     lm = np.log(ms)
-    lm_eff = np.empty_like(k1)
-    for jc in range(len(cs)):
+    lm_eff, pov, v2 = (np.empty_like(k1) for _ in range(3))
+    for jc in range(len(cs)):  # m' per column: invert E[min(A(m'), c)] = m·E[ISL] along m
         col = k1[:, jc]
         target = ms * mu
-        inside = target < col[-1] * (1.0 - 1e-9)
-        lm_eff[:, jc] = np.where(inside, np.interp(target, col, lm), np.inf)
-    # the capped figures at m' (row interpolation per column; beyond the axis the rank is full)
-    ey, ey2, pov, v2 = (np.empty_like(k1) for _ in range(4))
-    for jc in range(len(cs)):
-        le = np.minimum(lm_eff[:, jc], lm[-1])
-        ey[:, jc] = np.interp(le, lm, kd[:, jc])
-        ey2[:, jc] = np.interp(le, lm, kd2[:, jc])
+        lm_eff[:, jc] = np.where(target < col[-1] * (1.0 - 1e-9), np.interp(target, col, lm), np.inf)
+        le = np.minimum(lm_eff[:, jc], lm[-1])  # beyond the axis the rank is full
         pov[:, jc] = np.interp(le, lm, over[:, jc])
         v2[:, jc] = np.interp(le, lm, k12[:, jc])
     # mean backlog carried W = (V + A − c)⁺ of the discrete-time queue with V = A(m'): from
@@ -226,8 +215,37 @@ def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.where(np.isfinite(lm_eff), np.maximum(ms[:, None] * m2 + ea * ea - v2, 0.0)
                         / np.maximum(2.0 * (cs[None, :] - ea), 1e-30), np.inf)
-    stack = np.stack([ey, ey2, np.clip(pov, 0.0, 1.0), np.minimum(np.log(np.maximum(back, 1e-30)), 60.0)])
-    return lm, np.log(cs), stack
+    return lm_eff, np.clip(pov, 0.0, 1.0), np.minimum(np.log(np.maximum(back, 1e-30)), 60.0)
+
+
+@lru_cache(maxsize=64)
+def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """A rank takes at most c prompt tokens per context iteration (its budget left beside its decode
+    tokens); the rest waits for the next one. Per (log m, log c) of ``COUNT_AXIS`` × ``CAP_AXIS``:
+
+    - m': the offered count whose capped sum carries the arrivals, E[min(A(m'), c)] = m·E[ISL]
+      (A(m) a rank's compound Poisson prompt tokens): the tokens a rank holds at a context
+      iteration, its new prompts plus the backlog carried from earlier ones, taken as A(m'),
+      so that what the ranks take per iteration equals what arrives (∞ where m·E[ISL] ≥ c);
+    - E[Y], E[Y²] of Y = max over d ranks of min(A(m'), c), the busiest rank's tokens taken;
+    - P(A(m') > c): the chance a rank carries a backlog into the next context iteration, and the
+      mean backlog (``_rank_queue_table``).
+    """
+    grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
+    lm_eff, pov, lback = _rank_queue_table(isl_points, isl_probs)
+    ms = COUNT_AXIS
+    small = ms <= FFT_MAX_COUNT
+    kd, kd2 = np.empty_like(lm_eff), np.empty_like(lm_eff)
+    kd[small], kd2[small] = _lattice_caps(grid, w, cdf, 1.0 - cdf**d if d > 1 else 1.0 - cdf)
+    mb = ms[~small, None]
+    kd[~small], kd2[~small], _ = _normal_caps(mb * mu, np.sqrt(mb * m2), d)
+    lm = np.log(ms)
+    ey, ey2 = np.empty_like(kd), np.empty_like(kd)
+    for jc in range(len(CAP_AXIS)):  # the busiest rank's capped tokens at m'
+        le = np.minimum(lm_eff[:, jc], lm[-1])
+        ey[:, jc] = np.interp(le, lm, kd[:, jc])
+        ey2[:, jc] = np.interp(le, lm, kd2[:, jc])
+    return lm, np.log(CAP_AXIS), np.stack([ey, ey2, pov, lback])
 
 
 def _bilinear(tables, lx, ly, x, y):
@@ -488,7 +506,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # iteration (mean overshoot of a renewal sum past a level, E[ISL²]/(2·E[ISL]))
         cap = np.where(gated, cap + stats.isl_sq / (2.0 * stats.isl_mean), cap)
     carried = 0.0
-    for _ in range(3 if np.any(gated) else 1):
+    steps = 3 if np.any(gated) else 1
+    for step in range(steps):
         # prompts per context iteration (at least one) and the busiest rank's tokens
         n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
         big_mean, big_var = busiest_tokens(stats, n / d, d)
@@ -500,7 +519,11 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
-        s_mean = prefill_time(n, imb)
+        if step in (0, steps - 1):  # priced by the step cost at the first and the last step
+            s_mean, imb0 = prefill_time(n, imb), imb
+        else:  # in between, the stall per prompt follows the busiest rank's share
+            s_mean = s_mean * imb / np.maximum(imb0, 1e-30)
+            imb0 = imb
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
             rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
@@ -531,7 +554,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     return res
 
 
-WAIT_HEAD_PERIODS = 8
+WAIT_HEAD_PERIODS = 4
 """Context iterations of a budget wait summed term by term; the rest of the sum is its integral."""
 
 
