@@ -307,3 +307,23 @@ def test_run_engine_takes_the_runs_own_settings():
     runs = at_load.load_engine_settings()
     amd = runs[("v5.1", "AMD", "8xMI300X_2xEPYC_9575F", "llama2-70b-99", "Interactive")]
     assert at_load.run_engine(Engine(), amd).max_num_tokens == 40960
+
+
+def test_validate_at_load_run_engine_flag(tmp_path):
+    import csv as _csv
+
+    from infersim import at_load
+
+    rows = list(_csv.DictReader(at_load.bundled_data().open()))
+    keep = [r for r in rows if r["submitter"] == "AMD" and r["scenario"] == "Server" and r["benchmark"] == "llama2-70b-99"][:1]
+    f = tmp_path / "ops.csv"
+    with f.open("w", newline="") as fh:
+        w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    code, d = _cli(["validate", "--at-load", "--run-engine", "--data", str(f), "--format", "json"])
+    assert code == 0 and d["per_row"][0]["run_engine"] and d["rows_with_run_engine"] == d["predicted_rows"]
+    code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
+    assert code == 0 and not d["per_row"][0]["run_engine"]
+    code, out = _cli(["validate", "--run-engine"])
+    assert code == 2 and "--at-load" in out
