@@ -599,6 +599,44 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     return np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
 
 
+def _uniform_gamma_quantiles(parts, qs, iters: int = 48) -> list:
+    """Quantiles of a mixture of U·a + Y (U uniform on [0, 1], Y gamma of mean m and variance v
+    independent; a = 0: Y alone), parts = [(weight, a, m, v), ...] of equal-shaped arrays. The
+    CDF of U·a + Y is (G(t) − G(t − a))/a with G(x) = E[(x − Y)⁺] = x·P(k, x/θ) − kθ·P(k + 1, x/θ)
+    (regularized incomplete gamma P); each quantile by bisection."""
+    from scipy.special import gammainc
+
+    def g(x, k, th):
+        x = np.maximum(x, 0.0)
+        return x * gammainc(k, x / th) - k * th * gammainc(k + 1.0, x / th)
+
+    prep = []
+    hi = 0.0
+    for w, a, m, v in parts:
+        k, th = m * m / v, v / m
+        prep.append((w, a, k, th))
+        hi = np.maximum(hi, a + m + 40.0 * np.sqrt(v))
+    total = sum(w for w, *_ in prep)
+
+    def cdf(t):
+        out = 0.0
+        for w, a, k, th in prep:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                f = np.where(a > 0, (g(t, k, th) - g(t - a, k, th)) / np.maximum(a, 1e-300), gammainc(k, np.maximum(t, 0.0) / th))
+            out = out + w * f
+        return out / total
+
+    res = []
+    for q in qs:
+        lo, up = np.zeros_like(hi), hi.copy()
+        for _ in range(iters):
+            mid = 0.5 * (lo + up)
+            below = cdf(mid) < q
+            lo, up = np.where(below, mid, lo), np.where(below, up, mid)
+        res.append(0.5 * (lo + up))
+    return res
+
+
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
              s_extra=None, budget_wait=None, capped: bool = False) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
@@ -646,7 +684,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     i_mean = t_d + s_mean
     if budget_wait is None:
         ttft_mean = busy * b_mean + idle * i_mean
-        ttft_p, ttft_p50 = _two_gamma_quantiles(busy, b_mean, b_var, idle, i_mean, s_var, (q, 0.5))
+        comps = [(busy, b_mean, b_var), (idle, i_mean, s_var)]
     else:
         # K more context iterations waited for the rank's token budget: the prompts served in their
         # first context iteration (and an idle engine's) and those that wait, one gamma each
@@ -658,7 +696,22 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         m0 = (busy * (1.0 - p_wait) * b_mean + idle * i_mean) / np.maximum(w0, 1e-300)
         m1, v1 = b_mean + k1 * c_full, b_var + k1_var * c_full * c_full
         ttft_mean = busy * (b_mean + k_mean * c_full) + idle * i_mean
-        ttft_p, ttft_p50 = _two_gamma_quantiles(w0, m0, b_var, w1, m1, v1, (q, 0.5))
+        comps = [(w0, m0, b_var), (w1, m1, v1)]
+    ttft_p, ttft_p50 = _two_gamma_quantiles(*comps[0], *comps[1], (q, 0.5))
+    gated = np.broadcast_to(np.asarray(vg) > 0, np.shape(ttft_p))
+    if np.any(gated):
+        # gated: a prompt waits for the next context iteration, uniformly over a period that the
+        # timeout bounds (not a gamma's tail): each component is U·C* + a gamma of the rest, C* the
+        # mean length-biased period; the idle engine's component is a gamma alone
+        sel = np.nonzero(gated)
+        pick = lambda a: np.broadcast_to(a, gated.shape)[sel]  # noqa: E731
+        width = pick(c_star)
+        parts = []
+        for i, (w, m, v) in enumerate(comps):
+            u = width if i == 0 or budget_wait is not None else 0.0 * width
+            parts.append((pick(w), u, np.maximum(pick(m) - 0.5 * u, 1e-30), np.maximum(pick(v) - u * u / 12.0, 1e-6 * pick(v))))
+        ttft_p, ttft_p50 = np.array(ttft_p, dtype=float), np.array(ttft_p50, dtype=float)
+        ttft_p[sel], ttft_p50[sel] = _uniform_gamma_quantiles(parts, (q, 0.5))
     it_mean = c_mean / eg
     tpot_mean = it_mean / L
     # variance per iteration of a long run: the stalls' variance and the count of context iterations

@@ -322,8 +322,6 @@ def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
             bisect = ~((newton > lo) & (newton < hi)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
             step_old, step = step, np.where(bisect, 0.5 * (hi - lo), np.abs(u - newton))
             u = np.where(bisect, 0.5 * (lo + hi), newton)
-            if np.all(step <= 1e-10 * u):  # converged everywhere (the quantile to 1e-10 relative)
-                break
         out[mixed] = u
     return out ** 3
 
