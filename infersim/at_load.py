@@ -103,6 +103,44 @@ def run_engine(engine, settings: dict[str, str]):
     return replace(engine, **kw)
 
 
+def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict[str, Any] | None:
+    """The run's own instance layout where its config gives it: ``tensor_parallel_size``,
+    ``pipeline_parallel_size`` (default 1), ``moe_expert_parallel_size`` (required for MoE models,
+    1 for dense ones), attention DP over the TP ranks where ``enable_attention_dp``; replicas =
+    accelerators // (tp·pp) and the layout's KV capacity. None where a field is missing or the
+    layout does not fit the model (``parallel.layout_feasibility``) or the accelerators."""
+    import numpy as np
+
+    from . import parallel
+    from .graph import Layout
+
+    tp, pp, ep = (_num(settings.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                   "moe_expert_parallel_size"))
+    if tp is None:
+        return None
+    pp = pp or 1.0
+    if plan.model.moe is not None and ep is None:
+        return None
+    ep = ep or 1.0
+    if plan.model.moe is None and ep != 1.0:
+        return None
+    dp = tp if settings.get("enable_attention_dp", "").strip().lower() == "true" else 1.0
+    tp, pp, ep, dp = int(tp), int(pp), int(ep), int(dp)
+    replicas = accelerators // (tp * pp)
+    lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
+    ok, _ = parallel.layout_feasibility(plan.model, lay, accelerators)
+    if replicas < 1 or not bool(np.all(ok)):
+        return None
+    # KV capacity: activations of one iteration at the token budget (else at the capacity itself)
+    q = 1.0 + plan.serving.draft_depth
+    step = (plan.engine.max_num_tokens * dp if plan.engine.max_num_tokens is not None
+            else parallel.max_batch(plan, lay, stats.context_mean, 0.0) * q * (1 + stats.isl_mean / stats.osl_mean))
+    b_max = float(np.ravel(parallel.max_batch(plan, lay, stats.context_mean, step))[0])
+    if not b_max > 0:
+        return None
+    return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
+
+
 def hardware_id(cols: dict[str, str]) -> str | None:
     """Hardware profile ID of a row: its ``hardware`` column, else ``HARDWARE_RULES`` on the
     accelerator name (a single kind only) and then the system name."""
@@ -202,16 +240,21 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
     samples = _num(cols.get("samples_run"))
     plan = pred.plan
     run = (settings or {}).get(tuple(cols.get(k, "").strip() for k in RUN_KEY))
-    out["run_engine"] = run is not None
+    out["run_engine"], out["run_layout"] = run is not None, False
     out["disaggregated_run"] = bool(run and run.get("serving_mode", "").startswith("disaggregated"))
+    cfg = {k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth", "max_batch")}
     if run is not None:
         from dataclasses import replace
 
         plan = replace(plan, engine=run_engine(plan.engine, run))
-    ok, why, m = operating_point(plan, Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"]), c["replicas"], stats,
-                                 pred.inputs.scenario, qps, c["max_batch"], n / (c["tp"] * c["pp"]), samples)
+        own = run_layout(plan, run, stats, int(n))
+        out["run_layout"] = own is not None
+        if own is not None:
+            cfg.update(own)
+    ok, why, m = operating_point(plan, Layout(tp=cfg["tp"], pp=cfg["pp"], ep=cfg["ep"], dp=cfg["dp"]), cfg["replicas"],
+                                 stats, pred.inputs.scenario, qps, cfg["max_batch"], n / (cfg["tp"] * cfg["pp"]), samples)
     steady = m["tokens_per_s"]
-    out.update(config={k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth")}, meets_limits=ok, limit=why,
+    out.update(config={k: v for k, v in cfg.items() if k != "max_batch"}, meets_limits=ok, limit=why,
                predicted={"tpot_p50_ms": 1e3 * m["tpot_p50_s"], "ttft_p50_ms": 1e3 * m["ttft_p50_s"],
                           "ttft_p99_ms": 1e3 * m["ttft_s"], "tpot_p99_ms": 1e3 * m["tpot_s"],
                           "occupancy_per_rank": m["occupancy_per_rank"], "iteration_ms": 1e3 * m["iteration_s"]},
@@ -241,6 +284,7 @@ def validate(path, run_settings: bool = False) -> dict[str, Any]:
     agg = [r for r in done if not r.get("disaggregated_run")]
     return {
         "rows_with_run_engine": sum(1 for r in done if r.get("run_engine")),
+        "rows_with_run_layout": sum(1 for r in done if r.get("run_layout")),
         "disaggregated_runs": len(done) - len(agg),
         "tpot_p50_median_ape_aggregated_runs": med([r["tpot_p50_ape"] for r in agg]),
         "ttft_p99_median_abs_error_s_aggregated_runs": med([abs(r["ttft_p99_error_s"]) for r in agg]),

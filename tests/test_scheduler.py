@@ -320,3 +320,24 @@ def test_validate_at_load_run_engine_flag(tmp_path):
     assert code == 0 and not d["per_row"][0]["run_engine"]
     code, out = _cli(["validate", "--run-engine"])
     assert code == 2 and "--at-load" in out
+
+
+def test_run_layout_takes_the_runs_own_parallelism():
+    """A matched run's TP/PP/EP and attention DP (data/mlperf_engine_settings.csv) set the layout
+    it is predicted on; a MoE run without an expert-parallel size or a layout that does not fit is
+    left to the search."""
+    from infersim import api, at_load
+    from infersim.serving import WorkloadStats
+
+    p = api.predict("mi300x", "llama2-70b", "mlperf-llama2-70b-server", 8, round="v5.1", disable=["disagg"])
+    st = WorkloadStats.from_workload(p.inputs.scenario.workload, p.inputs.model)
+    lay = at_load.run_layout(p.plan, {"tensor_parallel_size": "1"}, st, 8)
+    assert (lay["tp"], lay["pp"], lay["ep"], lay["dp"], lay["replicas"]) == (1, 1, 1, 1, 8) and lay["max_batch"] > 0
+    assert at_load.run_layout(p.plan, {"tensor_parallel_size": "3"}, st, 8) is None  # 64 heads: TP3 does not divide
+    assert at_load.run_layout(p.plan, {}, st, 8) is None
+    q = api.predict("b200", "deepseek-r1", "mlperf-deepseek-r1-server", 8, round="v5.1", disable=["disagg"])
+    st = WorkloadStats.from_workload(q.inputs.scenario.workload, q.inputs.model)
+    lay = at_load.run_layout(q.plan, {"tensor_parallel_size": "8", "moe_expert_parallel_size": "8",
+                                      "enable_attention_dp": "True"}, st, 8)
+    assert (lay["tp"], lay["ep"], lay["dp"], lay["replicas"]) == (8, 8, 8, 1)
+    assert at_load.run_layout(q.plan, {"tensor_parallel_size": "8"}, st, 8) is None
