@@ -205,7 +205,8 @@ class _Systems:
 def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None = None) -> dict[str, Any]:
     """One row's prediction at its scheduled load and its errors (or a reason). ``settings``: runs'
     engine settings (``load_engine_settings``); a matched run is predicted with its own engine
-    (``run_engine``) on the search's layout, and flagged when it ran disaggregated."""
+    (``run_engine``) on its own layout where given (``run_layout``), and flagged when it ran
+    disaggregated."""
     from .graph import Layout
     from .scheduler import operating_point
     from .serving import WorkloadStats
@@ -275,7 +276,8 @@ def validate(path, run_settings: bool = False) -> dict[str, Any]:
     """Per-row results and the summary (medians over the rows that were predicted; also over the
     runs that were not disaggregated, which the aggregated model is not like for like with).
     ``run_settings``: predict each run matched in ``data/mlperf_engine_settings.csv`` with its own
-    engine settings (else the round preset's)."""
+    engine settings (``run_engine``) and layout (``run_layout``), else the round preset's engine on
+    the search's capacity-best layout."""
     systems = _Systems()
     settings = load_engine_settings() if run_settings else {}
     rows = [predict_row(r, systems, settings) for r in load(path)]

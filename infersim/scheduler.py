@@ -24,11 +24,20 @@ Per grid point (mean occupancy B per instance, layout, plan):
   rank, normal above), giving the rank-imbalance factor of the prefill cost;
 - the period C = G·t_d + X (X the stall), its mean and variance by the compound-Poisson recursion,
   the arrival rate from Little's law, TTFT and TPOT means and p-quantiles (``serving`` machinery);
+- token budget (``max_num_tokens`` per rank): a rank takes at most its free budget c (budget less
+  its decode tokens) of prompt tokens per context iteration and carries the rest (a chunked prompt
+  goes on in the next iterations; a whole one waits until it fits): the busiest rank's tokens are
+  the largest of d capped sums, the offered count raised until the capped sum carries the
+  arrivals (``capped_tokens``); the carried backlog (mean from the Lindley recursion's second
+  moment, exponential given positive) and the prompt's own ceil(tokens / c) iterations add K
+  context iterations to TTFT (``budget_wait``, each at a full budget); carried prompts open the
+  ADP gate sooner; gated, a chunked rank also finishes the prompt it started between admissions;
+- TTFT quantiles: gated, the wait for the next context iteration is uniform over the
+  timeout-bounded period (``_uniform_gamma_quantiles``), else gamma-shaped;
 - limits: mean per-rank occupancy within ``max_batch_size`` and the chance a rank is full at most
   1 − q (else ``Reason.BATCH_LIMIT``); with non-chunked prefill the longest prompt plus the rank's
-  decode tokens must fit ``max_num_tokens`` and the busiest rank's q-quantile prompt tokens per
-  prompt tokens must arrive slower than one free budget per iteration (else ``Reason.TOKEN_BUDGET``);
-  with chunked prefill a context iteration is split into ceil(tokens / free budget) iterations.
+  decode tokens must fit ``max_num_tokens``, and prompt tokens must arrive slower than one free
+  budget per iteration (else ``Reason.TOKEN_BUDGET``).
 
 With the gate off, d = 1, no token budget and every size captured this is exactly
 ``serving.server`` (tests/test_scheduler.py). Validated against ``des.simulate_engine``.
