@@ -608,41 +608,50 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     return np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
 
 
-def _uniform_gamma_quantiles(parts, qs, iters: int = 48) -> list:
+def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
     """Quantiles of a mixture of U·a + Y (U uniform on [0, 1], Y gamma of mean m and variance v
     independent; a = 0: Y alone), parts = [(weight, a, m, v), ...] of equal-shaped arrays. The
-    CDF of U·a + Y is (G(t) − G(t − a))/a with G(x) = E[(x − Y)⁺] = x·P(k, x/θ) − kθ·P(k + 1, x/θ)
-    (regularized incomplete gamma P); each quantile by bisection."""
-    from scipy.special import gammainc
+    CDF of U·a + Y is (G(t) − G(t − a))/a with G(x) = E[(x − Y)⁺] = x·F(x; k) − kθ·F(x; k + 1)
+    (gamma CDFs of shape k, k + 1 and scale θ, Wilson-Hilferty), its density (F(t) − F(t − a))/a;
+    each quantile by safeguarded Newton steps from ``start`` (one array per q) inside [0, hi]."""
+    def f_g(x, k, th):  # gamma CDF of shape k, scale θ at x (Wilson-Hilferty)
+        return gamma_cdf(x, k * th, k * th * th)
 
     def g(x, k, th):
         x = np.maximum(x, 0.0)
-        return x * gammainc(k, x / th) - k * th * gammainc(k + 1.0, x / th)
+        return x * f_g(x, k, th) - k * th * f_g(x, k + 1.0, th)
 
-    prep = []
-    hi = 0.0
+    prep, hi = [], 0.0
     for w, a, m, v in parts:
-        k, th = m * m / v, v / m
-        prep.append((w, a, k, th))
+        prep.append((w, a, m * m / v, v / m))
         hi = np.maximum(hi, a + m + 40.0 * np.sqrt(v))
     total = sum(w for w, *_ in prep)
 
-    def cdf(t):
-        out = 0.0
+    def cdf_pdf(t):
+        c = d = 0.0
         for w, a, k, th in prep:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                f = np.where(a > 0, (g(t, k, th) - g(t - a, k, th)) / np.maximum(a, 1e-300), gammainc(k, np.maximum(t, 0.0) / th))
-            out = out + w * f
-        return out / total
+            uni = a > 0
+            aa = np.where(uni, a, 1.0)
+            ft = f_g(t, k, th)
+            c = c + w * np.where(uni, (g(t, k, th) - g(t - a, k, th)) / aa, ft)
+            # density: the uniform mixture's (F(t) − F(t − a))/a, else by a small central difference
+            eps = 1e-4 * np.maximum(t, 1e-12)
+            pdf = np.where(uni, (ft - f_g(t - a, k, th)) / aa, (f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
+            d = d + w * pdf
+        return c / total, d / total
 
     res = []
-    for q in qs:
+    for q, t0 in zip(qs, start):
         lo, up = np.zeros_like(hi), hi.copy()
+        t = np.clip(np.asarray(t0, dtype=float), 0.0, hi)
         for _ in range(iters):
-            mid = 0.5 * (lo + up)
-            below = cdf(mid) < q
-            lo, up = np.where(below, mid, lo), np.where(below, up, mid)
-        res.append(0.5 * (lo + up))
+            c, d = cdf_pdf(t)
+            below = c < q
+            lo, up = np.where(below, t, lo), np.where(below, up, t)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                newton = t - (c - q) / d
+            t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
+        res.append(t)
     return res
 
 
@@ -720,7 +729,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
             u = width if i == 0 or budget_wait is not None else 0.0 * width
             parts.append((pick(w), u, np.maximum(pick(m) - 0.5 * u, 1e-30), np.maximum(pick(v) - u * u / 12.0, 1e-6 * pick(v))))
         ttft_p, ttft_p50 = np.array(ttft_p, dtype=float), np.array(ttft_p50, dtype=float)
-        ttft_p[sel], ttft_p50[sel] = _uniform_gamma_quantiles(parts, (q, 0.5))
+        ttft_p[sel], ttft_p50[sel] = _uniform_gamma_quantiles(parts, (q, 0.5), (ttft_p[sel], ttft_p50[sel]))
     it_mean = c_mean / eg
     tpot_mean = it_mean / L
     # variance per iteration of a long run: the stalls' variance and the count of context iterations
