@@ -341,3 +341,23 @@ def test_run_layout_takes_the_runs_own_parallelism():
                                       "enable_attention_dp": "True"}, st, 8)
     assert (lay["tp"], lay["ep"], lay["dp"], lay["replicas"]) == (8, 8, 8, 1)
     assert at_load.run_layout(q.plan, {"tensor_parallel_size": "8"}, st, 8) is None
+
+
+def test_rank_backlog_matches_a_lindley_recursion():
+    """The carried backlog and the chance to carry one (scheduler.capped_tokens) against a Monte
+    Carlo of one rank's queue, W' = max(W + A − c, 0), A compound Poisson prompt tokens."""
+    st = stats()
+    rng = np.random.default_rng(0)
+    x, p = np.asarray(st.isl_points), np.asarray(st.isl_probs) / np.sum(st.isl_probs)
+    for m, c in ((0.65, 464.0), (1.32, 415.0)):
+        n = 200_000
+        cnt = rng.poisson(m, n)
+        a = np.bincount(np.repeat(np.arange(n), cnt), weights=x[rng.choice(len(x), cnt.sum(), p=p)], minlength=n)
+        w, ws = 0.0, np.empty(n)
+        for i, ai in enumerate(a.tolist()):
+            ws[i] = w
+            w = max(w + ai - c, 0.0)
+        _, _, p_over, backlog, stable = scheduler.capped_tokens(st, np.array([m]), np.array([c]), 1)
+        assert stable[0]
+        assert backlog[0] == pytest.approx(ws.mean(), rel=0.15)
+        assert p_over[0] == pytest.approx((ws > 0).mean(), abs=0.05)
