@@ -45,6 +45,102 @@ def bundled_data() -> Path:
     return bundled_root() / "data" / "mlperf_operating_points.csv"
 
 
+def engine_settings_data() -> Path:
+    """``data/mlperf_engine_settings.csv`` (copy of shared/reference/mlperf_engine_settings.csv:
+    each MLPerf LLM run's engine settings read from its submission's config files)."""
+    from .specs.catalog import bundled_root
+
+    return bundled_root() / "data" / "mlperf_engine_settings.csv"
+
+
+RUN_KEY = ("version", "submitter", "system", "benchmark", "scenario")
+
+
+def load_engine_settings(path=None) -> dict[tuple, dict[str, str]]:
+    """Engine settings per run, keyed by ``RUN_KEY`` (empty where the file is absent)."""
+    path = Path(path) if path is not None else engine_settings_data()
+    if not path.is_file():
+        return {}
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        return {tuple(r.get(k, "").strip() for k in RUN_KEY): r for r in csv.DictReader(fh)}
+
+
+def _graph_sizes(text: str):
+    """An explicit list of captured sizes ("128 256 384 512"); None for summaries and blanks."""
+    parts = text.split()
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(sorted(int(p) for p in parts))
+
+
+def run_engine(engine, settings: dict[str, str]):
+    """``engine`` (the round preset's) with the run's own settings where its config gives them:
+    batch cap (``max_batch_size``: TensorRT-LLM per attention rank, vLLM ``max_num_seqs``), token
+    budget (``max_num_tokens`` / ``max_num_batched_tokens``), chunked prefill, the attention-DP gate
+    (only where the run enabled attention DP), explicit CUDA-graph sizes and ``stream_interval``.
+    Inputs of the run, never its measured results."""
+    from dataclasses import replace
+
+    num = lambda k: _num(settings.get(k))  # noqa: E731
+    kw: dict[str, Any] = {}
+    if num("max_batch_size"):
+        kw["max_batch_size"] = num("max_batch_size")
+    if num("max_num_tokens"):
+        kw["max_num_tokens"] = num("max_num_tokens")
+    chunk = settings.get("enable_chunked_prefill", "").strip().lower()
+    if chunk in ("true", "false"):
+        kw["chunked_prefill"] = chunk == "true"
+    adp = settings.get("enable_attention_dp", "").strip().lower()
+    if adp == "false":
+        kw.update(gate_timeout_iters=0, gate_wait_iters=0)
+    elif adp == "true":
+        kw.update(gate_timeout_iters=int(num("adp_timeout_iters") or 0), gate_wait_iters=int(num("adp_batching_wait_iters") or 0))
+    sizes = _graph_sizes(settings.get("cuda_graph_batch_sizes", ""))
+    if sizes:
+        kw["graph_sizes"] = sizes
+    if num("stream_interval"):
+        kw["stream_interval"] = int(num("stream_interval"))
+    return replace(engine, **kw)
+
+
+def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict[str, Any] | None:
+    """The run's own instance layout where its config gives it: ``tensor_parallel_size``,
+    ``pipeline_parallel_size`` (default 1), ``moe_expert_parallel_size`` (required for MoE models,
+    1 for dense ones), attention DP over the TP ranks where ``enable_attention_dp``; replicas =
+    accelerators // (tp·pp) and the layout's KV capacity. None where a field is missing or the
+    layout does not fit the model (``parallel.layout_feasibility``) or the accelerators."""
+    import numpy as np
+
+    from . import parallel
+    from .graph import Layout
+
+    tp, pp, ep = (_num(settings.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                   "moe_expert_parallel_size"))
+    if tp is None:
+        return None
+    pp = pp or 1.0
+    if plan.model.moe is not None and ep is None:
+        return None
+    ep = ep or 1.0
+    if plan.model.moe is None and ep != 1.0:
+        return None
+    dp = tp if settings.get("enable_attention_dp", "").strip().lower() == "true" else 1.0
+    tp, pp, ep, dp = int(tp), int(pp), int(ep), int(dp)
+    replicas = accelerators // (tp * pp)
+    lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
+    ok, _ = parallel.layout_feasibility(plan.model, lay, accelerators)
+    if replicas < 1 or not bool(np.all(ok)):
+        return None
+    # KV capacity: activations of one iteration at the token budget (else at the capacity itself)
+    q = 1.0 + plan.serving.draft_depth
+    step = (plan.engine.max_num_tokens * dp if plan.engine.max_num_tokens is not None
+            else parallel.max_batch(plan, lay, stats.context_mean, 0.0) * q * (1 + stats.isl_mean / stats.osl_mean))
+    b_max = float(np.ravel(parallel.max_batch(plan, lay, stats.context_mean, step))[0])
+    if not b_max > 0:
+        return None
+    return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
+
+
 def hardware_id(cols: dict[str, str]) -> str | None:
     """Hardware profile ID of a row: its ``hardware`` column, else ``HARDWARE_RULES`` on the
     accelerator name (a single kind only) and then the system name."""
@@ -106,8 +202,11 @@ class _Systems:
         return self.cache[key]
 
 
-def predict_row(cols: dict[str, str], systems: _Systems) -> dict[str, Any]:
-    """One row's prediction at its scheduled load and its errors (or a reason)."""
+def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None = None) -> dict[str, Any]:
+    """One row's prediction at its scheduled load and its errors (or a reason). ``settings``: runs'
+    engine settings (``load_engine_settings``); a matched run is predicted with its own engine
+    (``run_engine``) on its own layout where given (``run_layout``), and flagged when it ran
+    disaggregated."""
     from .graph import Layout
     from .scheduler import operating_point
     from .serving import WorkloadStats
@@ -140,10 +239,23 @@ def predict_row(cols: dict[str, str], systems: _Systems) -> dict[str, Any]:
     stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
     # KV capacity of the chosen layout: the search's max batch at that point
     samples = _num(cols.get("samples_run"))
-    ok, why, m = operating_point(pred.plan, Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"]), c["replicas"], stats,
-                                 pred.inputs.scenario, qps, c["max_batch"], n / (c["tp"] * c["pp"]), samples)
+    plan = pred.plan
+    run = (settings or {}).get(tuple(cols.get(k, "").strip() for k in RUN_KEY))
+    out["run_engine"], out["run_layout"] = run is not None, False
+    out["disaggregated_run"] = bool(run and run.get("serving_mode", "").startswith("disaggregated"))
+    cfg = {k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth", "max_batch")}
+    if run is not None:
+        from dataclasses import replace
+
+        plan = replace(plan, engine=run_engine(plan.engine, run))
+        own = run_layout(plan, run, stats, int(n))
+        out["run_layout"] = own is not None
+        if own is not None:
+            cfg.update(own)
+    ok, why, m = operating_point(plan, Layout(tp=cfg["tp"], pp=cfg["pp"], ep=cfg["ep"], dp=cfg["dp"]), cfg["replicas"],
+                                 stats, pred.inputs.scenario, qps, cfg["max_batch"], n / (cfg["tp"] * cfg["pp"]), samples)
     steady = m["tokens_per_s"]
-    out.update(config={k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth")}, meets_limits=ok, limit=why,
+    out.update(config={k: v for k, v in cfg.items() if k != "max_batch"}, meets_limits=ok, limit=why,
                predicted={"tpot_p50_ms": 1e3 * m["tpot_p50_s"], "ttft_p50_ms": 1e3 * m["ttft_p50_s"],
                           "ttft_p99_ms": 1e3 * m["ttft_s"], "tpot_p99_ms": 1e3 * m["tpot_s"],
                           "occupancy_per_rank": m["occupancy_per_rank"], "iteration_ms": 1e3 * m["iteration_s"]},
@@ -160,13 +272,24 @@ def predict_row(cols: dict[str, str], systems: _Systems) -> dict[str, Any]:
     return out
 
 
-def validate(path) -> dict[str, Any]:
-    """Per-row results and the summary (medians over the rows that were predicted)."""
+def validate(path, run_settings: bool = False) -> dict[str, Any]:
+    """Per-row results and the summary (medians over the rows that were predicted; also over the
+    runs that were not disaggregated, which the aggregated model is not like for like with).
+    ``run_settings``: predict each run matched in ``data/mlperf_engine_settings.csv`` with its own
+    engine settings (``run_engine``) and layout (``run_layout``), else the round preset's engine on
+    the search's capacity-best layout."""
     systems = _Systems()
-    rows = [predict_row(r, systems) for r in load(path)]
+    settings = load_engine_settings() if run_settings else {}
+    rows = [predict_row(r, systems, settings) for r in load(path)]
     done = [r for r in rows if not r["reason"]]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
+    agg = [r for r in done if not r.get("disaggregated_run")]
     return {
+        "rows_with_run_engine": sum(1 for r in done if r.get("run_engine")),
+        "rows_with_run_layout": sum(1 for r in done if r.get("run_layout")),
+        "disaggregated_runs": len(done) - len(agg),
+        "tpot_p50_median_ape_aggregated_runs": med([r["tpot_p50_ape"] for r in agg]),
+        "ttft_p99_median_abs_error_s_aggregated_runs": med([abs(r["ttft_p99_error_s"]) for r in agg]),
         "rows": len(rows), "predicted_rows": len(done),
         "skipped": {k: sum(1 for r in rows if r["reason"].startswith(k)) for k in
                     ("scenario", "no hardware", "missing", "infeasible", "saturated", "bad input")},

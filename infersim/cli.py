@@ -413,6 +413,7 @@ def validate_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this .png, .svg or .pdf file."),
     at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
+    run_engine: bool = typer.Option(False, "--run-engine", help="With --at-load: predict each run matched in data/mlperf_engine_settings.csv with its own engine settings (batch cap, token budget, chunking, ADP gate, graph sizes, stream interval) and its own TP/PP/EP/attention-DP layout instead of the round preset's engine and the search's layout."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
 ) -> None:
     """Predict every row of an MLPerf-style CSV and report the signed errors and their summary."""
@@ -423,10 +424,12 @@ def validate_cmd(
     if plot is not None:
         files.check_output_path(plot, flag="--plot", suffixes=(".png", ".svg", ".pdf"), image=True)
     data = _input_csv(data, "--data")
+    if run_engine and not at_load:
+        raise SpecError("--run-engine needs --at-load")
     if at_load:
         from . import at_load as al
 
-        result = al.validate(data or al.bundled_data())
+        result = al.validate(data or al.bundled_data(), run_settings=run_engine)
         if fmt == TableJsonCsv.json:
             text = json.dumps(result, indent=2, default=float)
         else:
