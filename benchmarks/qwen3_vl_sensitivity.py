@@ -1,13 +1,11 @@
-"""Sensitivity of the Qwen3-VL samples/s rows to the recipe facts and to one physics term the model
-lacks: prints the median absolute error (all rows, Offline, Server) and the signed error per row of
+"""Sensitivity of the Qwen3-VL samples/s rows to the recipe facts and to the softmax exponential
+roof: prints the median absolute error (all rows, Offline, Server) and the signed error per row of
 ``data/mlperf_non_llm_results.csv`` for the bundled model and for counterfactual variants.
 
     python benchmarks/qwen3_vl_sensitivity.py [--llm]
 
-``--llm`` also validates the LLM rows (``data/mlperf_llm_results.csv``, one process) with the same
-softmax roof applied to every attention operator (one exp per score element: 4·head_dim FLOPs per
-exp for GQA, 2·(qk + v head dims) for MLA prefill, 2·(2·kv_lora + rope) for absorbed MLA decode)
-and prints the summary against the bundled model (the hardware efficiencies are not refitted).
+``--llm`` also validates the LLM rows (``data/mlperf_llm_results.csv``, one process) with and
+without the exponential roof and prints both summaries (the hardware efficiencies are not refitted).
 
 Variants (each changes one thing against the bundled model):
 
@@ -15,15 +13,11 @@ Variants (each changes one thing against the bundled model):
 - ``kv auto``: the Blackwell recipes' KV cache left 'auto' (fp8) instead of the checkpoint's bf16.
 - ``encoder attention bf16``: the recipes' fp8 encoder attention (VLLM_MM_ENCODER_FP8_ATTN=1) ignored.
 - ``overlap + disagg allowed``: the round's overlap and disaggregation offered to the vLLM recipes.
-- ``softmax roof (prototype)``: the encoder's attention also bounded by the exponential unit, one
-  exp per score element (head_dim 72: 288 FLOPs per exp), at the attention kernel's efficiency.
-  Exponential rate = dense BF16 peak / 512 on Blackwell (16 MUFU.EX2 per clock per SM against
-  8,192 dense BF16 FLOPs per clock per SM), / 256 on Blackwell Ultra (NVIDIA, "Making Softmax More
-  Efficient with NVIDIA Blackwell Ultra": twice Blackwell's MUFU.EX2 throughput) and on Hopper
-  (FlashAttention-3 paper: H100 SXM5 3.9 TFLOPS of special functions against 989 TFLOPS FP16).
-  A prototype patched into the step pricing for this script only; the model does not price it.
+- ``no softmax roof``: the hardware profiles' exponential rate (``compute.exp_rate_tera_per_s``)
+  ignored, so attention is bounded by tensor FLOPs and memory only (the encoder's head_dim 72 takes
+  288 FLOPs per exp, which on Blackwell makes its attention exponential-bound in fp8 and bf16).
 
-The variants patch module functions in this process only; nothing is written.
+The variants patch class attributes in this process only; nothing is written.
 """
 
 from __future__ import annotations
@@ -34,64 +28,26 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
-from infersim import engine
 from infersim.optimizations import presets as P
+from infersim.specs.hardware import ComputeSpec
 from infersim.workloads import validate as wv
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "mlperf_non_llm_results.csv"
 
-EXP_PER_BF16_FLOP = {"NVIDIA B200 (HGX B200)": 1 / 512, "NVIDIA GB200 NVL72 (per GPU)": 1 / 512,
-                     "NVIDIA B300 Blackwell Ultra (HGX B300)": 1 / 256, "NVIDIA GB300 NVL72 (per GPU)": 1 / 256,
-                     "NVIDIA H200 SXM 141GB": 1 / 256, "NVIDIA H100 SXM5 80GB": 1 / 256}
-"""Exponentials per second over dense BF16 FLOP/s, by hardware profile name (see the docstring)."""
+NO_EXP_ROOF = property(lambda self: None)
+"""Replaces ``ComputeSpec.exp_rate`` to price attention without the exponential roof."""
 
 
-def _flops_per_exp(model, name: str) -> float | None:
-    """Attention FLOPs per softmax exponential of the operator ``name`` (None: not attention)."""
-    if name == "vision_attention":
-        v = model.vision_encoder
-        return 4.0 * v.hidden_size / v.n_heads
-    if not name.startswith("attention_"):
-        return None
-    att = model.attention
-    if getattr(att, "kind", "") == "mla":
-        if name.startswith("attention_decode"):
-            return 2.0 * (2 * att.kv_lora_rank + att.qk_rope_head_dim)
-        return 2.0 * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
-    return 4.0 * att.head_dim
-
-
-def _softmax_roof(price, names=("vision_attention",)):
-    """Step pricing with attention operators in ``names`` (prefixes) also bounded by the exp unit:
-    their FLOPs are raised to the tensor-rate equivalent of their exponentials' time."""
-    def priced(plan, graph, detail):
-        ratio = EXP_PER_BF16_FLOP.get(plan.hardware.name)
-        if ratio is None:
-            return price(plan, graph, detail)
-        exp_rate = plan.hardware.compute.flop_rate("bf16") * ratio
-        ops = []
-        for op in graph.ops:
-            per_exp = _flops_per_exp(plan.model, op.name) if op.name.startswith(names) else None
-            if per_exp:
-                rate = plan.hardware.compute.flop_rate(op.precision)
-                op = dataclasses.replace(op, flops=np.maximum(op.flops, np.asarray(op.flops) / per_exp * rate / exp_rate))
-            ops.append(op)
-        return price(plan, dataclasses.replace(graph, ops=tuple(ops)), detail)
-    return priced
-
-
-def _llm(price) -> None:
+def _llm(exp_rate) -> None:
     from infersim.accuracy.runner import validate
 
     data = DATA.parent / "mlperf_llm_results.csv"
-    for label, pricing in (("bundled model", price), ("softmax roof on all attention", _softmax_roof(price, ("attention_", "vision_attention")))):
-        engine._price = pricing
+    for label, rate in (("bundled model", exp_rate), ("no softmax roof", NO_EXP_ROOF)):
+        ComputeSpec.exp_rate = rate
         s = validate(data, workers=1).summary
         print(f"LLM rows, {label:30s} median {s['median_ape']:5.2f} %  p90 {s['p90_ape']:5.2f} %  "
               f"frontier median {s['frontier_median_ape']:5.2f} %  ({s['rows']} rows)")
-    engine._price = price
+    ComputeSpec.exp_rate = exp_rate
 
 
 def _run(label: str) -> list:
@@ -104,7 +60,7 @@ def _run(label: str) -> list:
 
 def main() -> int:
     t0 = time.perf_counter()
-    maturity, recipe, price = P.PresetSpec.maturity_for, P.PresetSpec.recipe_for, engine._price
+    maturity, recipe, exp_rate = P.PresetSpec.maturity_for, P.PresetSpec.recipe_for, ComputeSpec.exp_rate
 
     def recipe_with(**changes):
         def patched(self, *a):
@@ -119,15 +75,15 @@ def main() -> int:
         ("kv auto", {"recipe_for": recipe_with(kv_cache=None)}),
         ("encoder attention bf16", {"recipe_for": recipe_with(vision_attention=None)}),
         ("overlap + disagg allowed", {"recipe_for": recipe_with(disable=())}),
-        ("softmax roof (prototype)", {"price": _softmax_roof(price)}),
+        ("no softmax roof", {"exp_rate": NO_EXP_ROOF}),
     ]
     table = {}
     for label, patch in variants:
         P.PresetSpec.maturity_for = patch.get("maturity_for", maturity)
         P.PresetSpec.recipe_for = patch.get("recipe_for", recipe)
-        engine._price = patch.get("price", price)
+        ComputeSpec.exp_rate = patch.get("exp_rate", exp_rate)
         table[label] = _run(label)
-    P.PresetSpec.maturity_for, P.PresetSpec.recipe_for, engine._price = maturity, recipe, price
+    P.PresetSpec.maturity_for, P.PresetSpec.recipe_for, ComputeSpec.exp_rate = maturity, recipe, exp_rate
     print("\nsigned error per row, %:")
     first = table["bundled model"]
     print(f"{'row':32s}" + "".join(f"{label[:12]:>13s}" for label in table))
@@ -136,7 +92,7 @@ def main() -> int:
         print(f"{name:32s}" + "".join(f"{rows[i].error_pct:+13.1f}" for rows in table.values()))
     print(f"\n{len(variants)} variants in {time.perf_counter() - t0:.1f} s")
     if "--llm" in sys.argv[1:]:
-        _llm(price)
+        _llm(exp_rate)
     return 0
 
 

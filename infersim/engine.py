@@ -36,7 +36,8 @@ class StepCost:
     comm_exposed: np.ndarray
     by_op: dict[str, np.ndarray] | None = None
     op_info: dict[str, tuple[str, str]] | None = None
-    """Per op name: (kind, bound) where bound is compute, memory or communication."""
+    """Per op name: (kind, bound) where bound is compute, softmax (the exponential unit), memory or
+    communication."""
 
 
 def moe_imbalance(plan: Plan, layout: Layout, tokens):
@@ -93,8 +94,17 @@ def stage_graph(plan: Plan, layout: Layout, stage_shape: Shape):
 
 
 def _price(plan: Plan, graph, detail: bool) -> _Priced:
-    """Roofline or collective time of every op, summed by kind (one stage step, no overheads)."""
+    """Roofline or collective time of every op, summed by kind (one stage step, no overheads).
+
+    Notes
+    -----
+    A compute op's time is max(t_tensor, t_memory, t_exp): t_exp = exps / (η · exp_rate) prices
+    its softmax exponentials on the special-function unit at the op's compute efficiency η
+    (profiles without ``compute.exp_rate_tera_per_s`` have no such roof). Exponential-bound time
+    counts as compute-bound.
+    """
     hw = plan.hardware
+    exp_rate = hw.compute.exp_rate
     eff = hw.efficiency
     c_eff = eff.compute_fraction * plan.kernel_efficiency
     a_eff = eff.attention_fraction * plan.kernel_efficiency
@@ -115,6 +125,11 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 ce = a_eff if op.kind == OpKind.ATTENTION else c_eff
             t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
                                           ce, getattr(eff, op.memory_efficiency))
+            exp_bound = False
+            if exp_rate is not None and not (np.isscalar(op.exps) and op.exps == 0):
+                te = roofline.compute_time(op.exps, exp_rate, ce)
+                exp_bound = te > tc
+                t1, tc = np.maximum(t1, te), np.maximum(tc, te)
             t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
             compute_bound = tc >= tm
@@ -128,6 +143,8 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 bound = "communication"
             else:
                 bound = "compute" if float(np.mean(compute_bound)) >= 0.5 else "memory"
+                if bound == "compute" and float(np.mean(exp_bound)) >= 0.5:
+                    bound = "softmax"
             op_info[op.name] = (op.kind.value, bound)
     return _Priced(by_kind, tc_sum, tm_sum, n_kernels, by_op, op_info)
 

@@ -61,6 +61,9 @@ class Op:
     """Which block the op belongs to (attention, mlp, moe, head), for breakdowns."""
     memory_efficiency: str = "memory_fraction"
     """Name of the hardware efficiency field that scales this op's bandwidth (data, not a branch)."""
+    exps: ArrayLike = 0.0
+    """Exponentials the op evaluates on the special-function unit: an attention kernel's softmax
+    takes one per query-key score per head (FlashAttention; arXiv 2407.08608 section 1)."""
 
 
 @dataclass(frozen=True)
@@ -255,8 +258,8 @@ def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout:
     Notes
     -----
     Heads split over attn_tp = tp/dp ranks; KV heads are replicated when attn_tp > n_kv_heads.
-    Each rank handles 1/dp of the sequences. Core FLOPs = 4·pairs·heads·head_dim (QKᵀ and PV);
-    core bytes = KV read for decode (context × KV width × kv bytes) plus KV written for prefill.
+    Each rank handles 1/dp of the sequences. Core FLOPs = 4·pairs·heads·head_dim (QKᵀ and PV),
+    softmax exponentials = pairs·heads (4·head_dim FLOPs per exp); core bytes = KV read for decode (context × KV width × kv bytes) plus KV written for prefill.
     Sliding-window layers cap the pairs and reads at the window.
     """
     h, d = model.hidden_size, att.head_dim
@@ -278,14 +281,15 @@ def gqa_attention_ops(model: ModelSpec, att: GqaAttention, shape: Shape, layout:
         kv_read = shape.decode_seqs * ctx / layout.dp * 2 * kv_heads * d * fmt.kvb
         kv_write = (t - td) * 2 * kv_heads * d * fmt.kvb
         suffix = "" if window is None else "_sliding"
-        ops.append(Op("attention_decode" + suffix, OpKind.ATTENTION, frac, flops=4.0 * dec / layout.dp * heads * d,
+        dec_scores = dec / layout.dp * heads
+        pre_scores = pre * _rank_imbalance(shape, layout) / layout.dp * heads
+        ops.append(Op("attention_decode" + suffix, OpKind.ATTENTION, frac, flops=4.0 * dec_scores * d,
                       bytes=kv_read + td * 2 * kv_heads * d * fmt.kvb + 2 * td * heads * d * HIDDEN_BYTES,
                       precision=fmt.decode_attention,
-                      block="attention", memory_efficiency="kv_memory_fraction"))
-        ops.append(Op("attention_prefill" + suffix, OpKind.ATTENTION, frac,
-                      flops=4.0 * pre * _rank_imbalance(shape, layout) / layout.dp * heads * d,
+                      block="attention", memory_efficiency="kv_memory_fraction", exps=dec_scores))
+        ops.append(Op("attention_prefill" + suffix, OpKind.ATTENTION, frac, flops=4.0 * pre_scores * d,
                       bytes=kv_write + 2 * (t - td) * heads * d * HIDDEN_BYTES, precision=fmt.attention,
-                      block="attention"))
+                      block="attention", exps=pre_scores))
     ops.append(elementwise("rope", t * (heads + kv_heads) * d, layers, "attention"))
     if att.qk_norm:
         ops.append(elementwise("qk_norm", t * (heads + kv_heads) * d, layers, "attention"))
@@ -301,7 +305,8 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     attention-TP rank caches and reads the full latent of its sequences (attention DP avoids the
     replication). Prefill: K/V up-projected, core FLOPs 2·pairs·H·(qk_dim + v_dim). Decode
     (absorbed W_UK/W_UV): core FLOPs 2·pairs·H·(2·kv_lora + rope), plus per-token absorption
-    GEMMs 2·H·nope·kv_lora and 2·H·kv_lora·v.
+    GEMMs 2·H·nope·kv_lora and 2·H·kv_lora·v. Both forms take one softmax exponential per
+    query-key pair per head.
     References: DeepSeek-V2 (arXiv 2405.04434) section 2.1; DeepSeek-V3 config.
     """
     h, H = model.hidden_size, att.n_heads
@@ -326,13 +331,14 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     dec, pre, ctx = _window_pairs(shape, None)
     latent = (r + rope) * fmt.kvb
     kv_read = shape.decode_seqs * ctx / layout.dp * latent
-    ops.append(Op("attention_decode", OpKind.ATTENTION, layers, flops=2.0 * heads * (dec / layout.dp) * (2 * r + rope),
+    dec_scores = heads * dec / layout.dp
+    pre_scores = heads * pre * _rank_imbalance(shape, layout) / layout.dp
+    ops.append(Op("attention_decode", OpKind.ATTENTION, layers, flops=2.0 * dec_scores * (2 * r + rope),
                   bytes=kv_read + td * latent + 2 * td * heads * (r + rope) * HIDDEN_BYTES, precision=fmt.decode_attention,
-                  block="attention", memory_efficiency="kv_memory_fraction"))
-    ops.append(Op("attention_prefill", OpKind.ATTENTION, layers,
-                  flops=2.0 * heads * (pre * _rank_imbalance(shape, layout) / layout.dp) * (nope + rope + vd),
+                  block="attention", memory_efficiency="kv_memory_fraction", exps=dec_scores))
+    ops.append(Op("attention_prefill", OpKind.ATTENTION, layers, flops=2.0 * pre_scores * (nope + rope + vd),
                   bytes=tp_ * latent + 2 * tp_ * heads * (nope + rope + vd) * HIDDEN_BYTES,
-                  precision=fmt.attention, block="attention"))
+                  precision=fmt.attention, block="attention", exps=pre_scores))
     ops.append(gemm("o_proj", t, h, heads * vd, layers, fmt, "attention"))
     ops.append(elementwise("rope_latent_norm", t * (heads * rope + r + rope), layers, "attention"))
     return ops
@@ -504,7 +510,8 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     run on the merged tokens, P / (pixels_per_token / patch pixels). Attention is full within an
     image: 4·P²·h FLOPs per layer, costed as an attention kernel; over a mix of image sizes that
     is 4·E[P²]·h, so a few large images weigh far more than their share of patches, computed in
-    ``fmt.vision_attention`` (16 bit by default). 16-bit weights are read once per step. Runs on
+    ``fmt.vision_attention`` (16 bit by default), with one softmax exponential per patch pair per
+    head (4·h/heads FLOPs per exp). 16-bit weights are read once per step. Runs on
     the attention ranks (data parallel under attention DP); averaged over pipeline stages like
     the head. Within an attention rank's tensor-parallel group the encoder is sharded like the
     language model (vLLM's default ``mm_encoder_tp_mode`` 'weights': the blocks' and mergers'
@@ -522,14 +529,15 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     merger_params = max(v.params_b * 1e9 - block_params, 0.0)
     merge = v.pixels_per_token / VISION_PATCH_PIXELS
     linear = (2.0 * block_params * patches + 2.0 * merger_params * patches / merge) / a
-    attn = 4.0 * prompts * patches_sq * v.hidden_size * v.n_layers / a
+    scores = prompts * patches_sq * v.n_heads * v.n_layers / a
+    attn = 4.0 * scores * (v.hidden_size / v.n_heads)
     weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES / a, 0.0)
     act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers / a
     qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers / a
     return [Op("vision_encoder", OpKind.GEMM, 1.0 / layout.pp, flops=linear, bytes=weights + act, precision="bf16",
                m=np.maximum(per_prompt, 1.0), block="vision"),
             Op("vision_attention", OpKind.ATTENTION, 1.0 / layout.pp, flops=attn, bytes=qkvo, precision=fmt.vision_attention,
-               block="vision"),
+               block="vision", exps=scores),
             collective("vision_all_reduce", Collective.ALL_REDUCE, patches * v.hidden_size * HIDDEN_BYTES, a,
                        2.0 * v.n_layers / layout.pp, "vision")]
 

@@ -2,7 +2,8 @@
 
 time = max(FLOPs / (η_compute · peak), bytes / (η_memory · bandwidth)); the efficiencies are
 hardware-profile data. Small GEMMs lose compute efficiency through tile under-utilisation:
-η(m) = η_compute · m / (m + m_half).
+η(m) = η_compute · m / (m + m_half). Ops that evaluate exponentials (attention's softmax) also
+meet a third roof, exps / (η_compute · exp_rate), added by the step pricing (``engine._price``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from infersim import parallel, serving
-from infersim.engine import step_cost
+from infersim.engine import stage_graph, step_cost
 from infersim.graph import Formats, Layout, Shape
 from infersim.plan import Plan
 from infersim.serving import WorkloadStats
@@ -218,3 +218,64 @@ def test_step_cost_array_path_equals_scalar_path(model_id, data):
         one = _fields(step_cost(plan, layout, shape_at(float(grid["batch"][j]), float(grid["context"][k]))))
         for name, value in arr.items():
             np.testing.assert_allclose(np.broadcast_to(value, full)[i, j, k], one[name], rtol=1e-9, err_msg=name)
+
+
+# ---- the softmax exponential roof (special-function unit) --------------------------------------------------
+B200 = S.pinned(S.hardware("b200"))  # 16 MUFU.EX2 per clock per SM: exp rate = dense BF16 / 512 (4.39e12/s)
+B200_NO_EXP = B200.model_copy(update={"compute": S.respec(B200.compute, exp_rate_tera_per_s=None, exp_rate_source=None)})
+
+
+def _attention(plan, shape, name):
+    cost = step_cost(plan, Layout(), shape, detail=True)
+    return float(cost.by_op[name]), cost.op_info[name][1]
+
+
+def test_head_dim_64_prefill_attention_on_b200_is_exp_bound_at_the_unit_ratio():
+    # gpt-oss-120b, head_dim 64: 4·64 = 256 FLOPs per exp against dense BF16 / exp rate = 2250 / 4.39 ≈ 512.5,
+    # so the exps of the full-attention layers take 512.5 / 256 ≈ 2.0 times the tensor time
+    plan = Plan(hardware=B200, model=S.model("gpt-oss-120b"), formats=BF16)
+    shape = Shape(prefill_seqs=1, prefill_len=8192, prefill_len_sq=8192 ** 2)
+    t, bound = _attention(plan, shape, "attention_prefill")
+    t_tensor, tensor_bound = _attention(replace(plan, hardware=B200_NO_EXP), shape, "attention_prefill")
+    assert tensor_bound == "compute" and bound == "softmax"
+    assert t / t_tensor == pytest.approx(2250 / 4.39 / 256, rel=1e-9)
+    # sliding-window layers (128 tokens) take one exp per windowed score as well
+    ops = {op.name: op for op in stage_graph(plan, Layout(), shape).ops}
+    for name in ("attention_prefill", "attention_prefill_sliding"):
+        assert float(ops[name].exps) > 0 and float(ops[name].flops) == pytest.approx(256 * float(ops[name].exps), rel=1e-12)
+
+
+def test_head_72_vision_attention_costs_the_same_in_fp8_and_bf16_on_b200():
+    # Qwen3-VL encoder: 4·72 = 288 FLOPs per exp < 512.5, so both formats wait on the exponential unit
+    model = S.model("qwen3-vl-235b-a22b")
+    shape = Shape(prefill_seqs=4, prefill_len=1000, prefill_len_sq=1000 ** 2, prefill_patches=3600)
+    times = {}
+    for hw in (B200, B200_NO_EXP):
+        for fmt in ("bf16", "fp8"):
+            plan = Plan(hardware=hw, model=model, formats=Formats("bf16", "bf16", "bf16", vision_attention=fmt))
+            times[hw is B200, fmt] = _attention(plan, shape, "vision_attention")
+    assert times[True, "fp8"][0] == pytest.approx(times[True, "bf16"][0], rel=1e-12)
+    assert times[True, "fp8"][1] == "softmax"
+    # without the roof fp8 halves the tensor time: the equality above is the roof's doing
+    assert times[False, "fp8"][0] == pytest.approx(0.5 * times[False, "bf16"][0], rel=1e-9)
+    assert times[True, "bf16"][0] == pytest.approx(times[False, "bf16"][0] * 2250 / 4.39 / 288, rel=1e-9)
+
+
+def test_decode_attention_stays_memory_bound_under_the_exp_roof():
+    # decode reads the whole KV cache per score: 4·128 FLOPs and 2·8·128·2 / 32 = 128 B per score (GQA 32/8)
+    plan = Plan(hardware=B200, model=LLAMA8B, formats=BF16)
+    shape = Shape(decode_seqs=64, decode_ctx=4096)
+    t, bound = _attention(plan, shape, "attention_decode")
+    assert bound == "memory"
+    assert t == _attention(replace(plan, hardware=B200_NO_EXP), shape, "attention_decode")[0]
+
+
+def test_mla_attention_takes_one_exp_per_score_per_head():
+    # DeepSeek-R1: prefill 2·(qk 192 + v 128) = 640 FLOPs per exp; absorbed decode 2·(2·512 + 64) = 2176
+    plan = Plan(hardware=B200, model=S.model("deepseek-r1"), formats=BF16)
+    shape = Shape(decode_seqs=8, decode_ctx=2048, prefill_seqs=1, prefill_len=4096, prefill_len_sq=4096 ** 2)
+    ops = {op.name: op for op in stage_graph(plan, Layout(tp=8, ep=8), shape).ops}
+    assert float(ops["attention_prefill"].flops) == pytest.approx(640 * float(ops["attention_prefill"].exps), rel=1e-12)
+    assert float(ops["attention_decode"].flops) == pytest.approx(2176 * float(ops["attention_decode"].exps), rel=1e-12)
+    # 8 decode sequences × 2048 context × 128 heads / 8 ranks
+    assert float(ops["attention_decode"].exps) == pytest.approx(8 * 2048 * 16)

@@ -138,7 +138,7 @@ BASES = {"hardware": "h100-sxm", "model": "llama3.1-8b", "scenario": "mlperf-dee
 
 # Fields that must be > 0 and have an upper bound, so 0, negatives, 1e300 and inf all fail.
 BOUNDED_POSITIVE = {
-    "hardware": ["memory.hbm_capacity_gib", "memory.hbm_bandwidth_tb_s", "scale_up.domain_size",
+    "hardware": ["memory.hbm_capacity_gib", "memory.hbm_bandwidth_tb_s", "compute.exp_rate_tera_per_s", "scale_up.domain_size",
                  "scale_up.bandwidth_gb_s", "scale_up.latency_us", "scale_out.bandwidth_gbit_s",
                  "scale_out.latency_us", "price.usd_per_hour"],
     "model": ["n_layers", "hidden_size", "vocab_size", "attention.n_heads", "attention.head_dim"],
@@ -328,3 +328,14 @@ def test_cli_bad_document_exits_2_with_one_line(content, with_kind, tmp_dir):
 def test_dates_round_trip_as_strings():
     hw = catalog.load("hardware", "h100-sxm")
     assert isinstance(hw.price.date, str) and dt.date.fromisoformat(hw.price.date)
+
+
+def test_exp_rate_is_optional_and_needs_its_source(tmp_dir):
+    data = copy.deepcopy(_BASE_DATA["hardware"])
+    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).compute.exp_rate == pytest.approx(3.86e12)
+    del data["compute"]["exp_rate_source"]
+    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "compute")
+    del data["compute"]["exp_rate_tera_per_s"]  # neither: no exponential roof
+    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).compute.exp_rate is None
+    data["compute"]["exp_rate_source"] = "a source without a rate"
+    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "compute")

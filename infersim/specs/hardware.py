@@ -14,7 +14,7 @@ import numpy as np
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from ..units import GIB, PRECISIONS, US, gb_s_to_bandwidth, gbit_s_to_bandwidth, tb_s_to_bandwidth
+from ..units import GIB, PRECISIONS, TERA, US, gb_s_to_bandwidth, gbit_s_to_bandwidth, tb_s_to_bandwidth
 from ._base import DateStr, Spec
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4"]
@@ -53,6 +53,23 @@ class DenseTflops(Spec):
 class ComputeSpec(Spec):
     dense_tflops: DenseTflops
     """Dense peak per precision (datasheet; sparse figures halved)."""
+    exp_rate_tera_per_s: Annotated[float, Field(gt=0, le=1e5)] | None = None
+    """Exponentials per second of the special-function unit (NVIDIA MUFU.EX2 results), 10^12/s:
+    the softmax's exps are a third roof of attention kernels (one per score element). Null = no
+    sourced rate, no exponential roof."""
+    exp_rate_source: str | None = None
+    """Where ``exp_rate_tera_per_s`` comes from (required with it)."""
+
+    @model_validator(mode="after")
+    def _exp_source(self):
+        if (self.exp_rate_tera_per_s is None) != (self.exp_rate_source is None):
+            raise ValueError("exp_rate_tera_per_s and exp_rate_source go together (both or neither)")
+        return self
+
+    @cached_property
+    def exp_rate(self) -> float | None:
+        """Exponentials per second, or None when the profile gives no rate."""
+        return None if self.exp_rate_tera_per_s is None else self.exp_rate_tera_per_s * TERA
 
     def flop_rate(self, precision: str) -> float:
         """Dense peak for ``precision`` in FLOP/s; an unsupported precision runs at the next
