@@ -98,8 +98,8 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
 
     Notes
     -----
-    A compute op's time is max(t_tensor, t_memory, t_exp): t_exp = exps / (η · exp_rate) prices
-    its softmax exponentials on the special-function unit at the op's compute efficiency η
+    A compute op's time is max(t_tensor, t_memory, t_exp): t_exp = exps / (η_exp · exp_rate) prices
+    its softmax exponentials on the special-function unit at ``efficiency.exp_fraction``
     (profiles without ``compute.exp_rate_tera_per_s`` have no such roof). Exponential-bound time
     counts as compute-bound.
     """
@@ -127,7 +127,7 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                                           ce, getattr(eff, op.memory_efficiency))
             exp_bound = False
             if exp_rate is not None and not (np.isscalar(op.exps) and op.exps == 0):
-                te = roofline.compute_time(op.exps, exp_rate, ce)
+                te = roofline.compute_time(op.exps, exp_rate, eff.exp_fraction)
                 exp_bound = te > tc
                 t1, tc = np.maximum(t1, te), np.maximum(tc, te)
             t = op.count * t1

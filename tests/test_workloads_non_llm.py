@@ -59,6 +59,24 @@ def test_wan_forward_attention_time_by_hand(wan, b200):
     assert float(fwd.by_kind["comm"]) == 0.0  # one rank: no Ulysses all-to-all
 
 
+def test_wan_attention_takes_the_exponential_roof_when_it_binds(wan, b200):
+    # one softmax exp per score and head: S·S·40 heads (self) + S·T·40 (cross) per block; on B200 the
+    # exps at exp_fraction of 4.39e12/s stay below the FP8 tensor time at the fitted attention_fraction,
+    # and a profile with a 10x slower unit is exp-bound and takes exactly the exps' time
+    wl = catalog.load("scenario", "mlperf-wan2.2-t2v-offline").workload
+    shape = diffusion.video_shape(wan, wl)
+    S, T, L, heads = shape.tokens, 512, 40, wan.transformer.n_heads
+    exps = L * (S * S * heads + S * T * heads)
+    eff = b200.efficiency
+    t_exp = exps / (eff.exp_fraction * b200.compute.exp_rate)
+    tensor = float(diffusion.dit_forward(wan, shape, b200, "fp8", 1.0).by_kind["attention"])
+    assert t_exp < tensor
+    slow = b200.model_copy(update={"compute": b200.compute.model_copy(
+        update={"exp_rate_tera_per_s": b200.compute.exp_rate_tera_per_s / 10})})
+    assert float(diffusion.dit_forward(wan, shape, slow, "fp8", 1.0).by_kind["attention"]) == pytest.approx(
+        10 * t_exp, rel=1e-6)
+
+
 def test_ulysses_splits_work_and_adds_all_to_all(wan, b200):
     wl = catalog.load("scenario", "mlperf-wan2.2-t2v-offline").workload
     shape = diffusion.video_shape(wan, wl)

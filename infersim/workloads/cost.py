@@ -53,10 +53,16 @@ class Coster:
         self.eff = hw.efficiency
         self.cost = StageCost()
 
-    def _op(self, kind: str, flops, bytes_moved, precision: str, efficiency, count=1.0):
+    def _op(self, kind: str, flops, bytes_moved, precision: str, efficiency, count=1.0, exps=0.0):
         rate = self.hw.compute.flop_rate(precision)
         t, tc, tm = roofline.op_time(flops, bytes_moved, rate, self.hw.memory.bandwidth, efficiency,
                                      self.eff.memory_fraction)
+        exp_rate = self.hw.compute.exp_rate
+        if exp_rate is not None and np.any(np.asarray(exps) > 0):
+            # softmax exponentials on the special-function unit: a third roof, counted as compute
+            # (as in engine._price)
+            tc = np.maximum(tc, roofline.compute_time(exps, exp_rate, self.eff.exp_fraction))
+            t = np.maximum(t, tc)
         c = self.cost
         c.by_kind[kind] = c.by_kind[kind] + count * t
         c.compute_bound = c.compute_bound + count * np.where(tc >= tm, t, 0.0)
@@ -72,9 +78,10 @@ class Coster:
         eff = roofline.gemm_efficiency(m, self.eff.compute_fraction, self.eff.gemm_m_half)
         self._op("gemm", 2.0 * m * n * k, k * n * wb + m * k * b + m * n * 2.0, precision, eff, count)
 
-    def attention(self, flops, bytes_moved, precision: str, count=1.0):
-        """A fused attention kernel (FlashAttention-class)."""
-        self._op("attention", flops, bytes_moved, precision, self.eff.attention_fraction, count)
+    def attention(self, flops, bytes_moved, precision: str, count=1.0, exps=0.0):
+        """A fused attention kernel (FlashAttention-class); ``exps``: softmax exponentials (one per
+        score element and head; 0 for softmax-free attention such as HSTU's SiLU)."""
+        self._op("attention", flops, bytes_moved, precision, self.eff.attention_fraction, count, exps)
 
     def elementwise(self, bytes_moved, count=1.0):
         """Memory-streaming kernels (norms, activations, residuals): bytes read + written."""
