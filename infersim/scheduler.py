@@ -628,16 +628,31 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
     total = sum(w for w, *_ in prep)
 
     def cdf_pdf(t):
+        # each gamma CDF evaluated once per point (F(t; k) serves G, F and the density alike)
         c = d = 0.0
+        x = np.maximum(t, 0.0)
         for w, a, k, th in prep:
             uni = a > 0
-            aa = np.where(uni, a, 1.0)
             ft = f_g(t, k, th)
-            c = c + w * np.where(uni, (g(t, k, th) - g(t - a, k, th)) / aa, ft)
-            # density: the uniform mixture's (F(t) − F(t − a))/a, else by a small central difference
-            eps = 1e-4 * np.maximum(t, 1e-12)
-            pdf = np.where(uni, (ft - f_g(t - a, k, th)) / aa, (f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
-            d = d + w * pdf
+            if np.all(uni):
+                # the uniform mixture: CDF (G(t) − G(t − a))/a, density (F(t) − F(t − a))/a
+                xa = np.maximum(t - a, 0.0)
+                fa = f_g(t - a, k, th)
+                g_t = x * ft - k * th * f_g(x, k + 1.0, th)
+                g_a = xa * fa - k * th * f_g(xa, k + 1.0, th)
+                c = c + w * ((g_t - g_a) / a)
+                d = d + w * ((ft - fa) / a)
+            elif not np.any(uni):
+                # a gamma alone: its CDF, the density by a small central difference
+                eps = 1e-4 * np.maximum(t, 1e-12)
+                c = c + w * ft
+                d = d + w * ((f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
+            else:
+                aa = np.where(uni, a, 1.0)
+                c = c + w * np.where(uni, (g(t, k, th) - g(t - a, k, th)) / aa, ft)
+                eps = 1e-4 * np.maximum(t, 1e-12)
+                pdf = np.where(uni, (ft - f_g(t - a, k, th)) / aa, (f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
+                d = d + w * pdf
         return c / total, d / total
 
     res = []

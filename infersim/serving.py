@@ -255,11 +255,24 @@ def _mixture_z(w: tuple, w_shape: tuple, p: tuple, p_shape: tuple, q: float, ite
 
 def _norm_cdf(z):
     """Φ(z) (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), vectorized."""
-    x = np.abs(z) / np.sqrt(2.0)
-    t = 1.0 / (1.0 + 0.3275911 * x)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    half_erfc = 0.5 * poly * np.exp(-x * x)
-    return np.where(z >= 0, 1.0 - half_erfc, half_erfc)
+    # the same operations as Φ = where(z ≥ 0, 1 − h, h), h = ½·t·P(t)·exp(−x²), done in place
+    z = np.asarray(z, dtype=float)
+    x = np.abs(z)
+    x /= np.sqrt(2.0)
+    t = 0.3275911 * x
+    t += 1.0
+    np.divide(1.0, t, out=t)
+    h = t * 1.061405429
+    for coef in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        h += coef
+        h *= t
+    h *= 0.5
+    x *= x
+    np.negative(x, out=x)
+    h *= np.exp(x, out=x)
+    out = 1.0 - h
+    np.copyto(out, h, where=~(z >= 0))
+    return out
 
 
 def gamma_cdf(x, mean, var):
