@@ -51,6 +51,7 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import gammaincc
 
+from . import table_cache
 from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
@@ -147,7 +148,12 @@ def _tail_integrals(tail: np.ndarray, grid: np.ndarray, w: tuple):
 
 @lru_cache(maxsize=64)
 def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
-    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths
+    (kept on disk between processes, ``table_cache``)."""
+    return table_cache.persisted("busiest", _build_busiest_table, isl_points, isl_probs, int(d))
+
+
+def _build_busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
     ms = COUNT_AXIS
     emax, vmax = np.empty_like(ms), np.empty_like(ms)
@@ -229,6 +235,11 @@ def _rank_queue_table(isl_points: tuple, isl_probs: tuple):
 
 @lru_cache(maxsize=64)
 def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """``_build_capped_table``, kept on disk between processes (``table_cache``)."""
+    return table_cache.persisted("capped", _build_capped_table, isl_points, isl_probs, int(d))
+
+
+def _build_capped_table(isl_points: tuple, isl_probs: tuple, d: int):
     """A rank takes at most c prompt tokens per context iteration (its budget left beside its decode
     tokens); the rest waits for the next one. Per (log m, log c) of ``COUNT_AXIS`` × ``CAP_AXIS``:
 
