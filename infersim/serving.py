@@ -323,20 +323,38 @@ def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
         u = np.where(w1 >= w2, u1, u2)
         inv_sqrt_2pi = 1.0 / math.sqrt(2.0 * math.pi)
         step_old = step = hi - lo
+        flat = out.reshape(-1)  # a view: ``out`` is a fresh contiguous array
+        where = np.flatnonzero(mixed)  # the points still iterating (indices into ``flat``)
         for _ in range(iters):
             z1, z2 = a1 * u + b1, a2 * u + b2
             f = w1 * _norm_cdf(z1) + w2 * _norm_cdf(z2) - q
             below = f < 0
-            lo, hi = np.where(below, u, lo), np.where(below, hi, u)
+            lo_new, hi_new = np.where(below, u, lo), np.where(below, hi, u)
             slope = inv_sqrt_2pi * (w1 * a1 * np.exp(-0.5 * z1 * z1) + w2 * a2 * np.exp(-0.5 * z2 * z2))
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 newton = u - f / slope
             # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step
-            bisect = ~((newton > lo) & (newton < hi)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
-            step_old, step = step, np.where(bisect, 0.5 * (hi - lo), np.abs(u - newton))
-            u = np.where(bisect, 0.5 * (lo + hi), newton)
-        out[mixed] = u
+            bisect = ~((newton > lo_new) & (newton < hi_new)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
+            step_new = np.where(bisect, 0.5 * (hi_new - lo_new), np.abs(u - newton))
+            u_new = np.where(bisect, 0.5 * (lo_new + hi_new), newton)
+            # a point whose whole state (u, bracket, last two steps) came back unchanged is a fixed
+            # point of the iteration: it stays there, so it leaves the arrays (same result, less work)
+            same = _same(u_new, u) & _same(lo_new, lo) & _same(hi_new, hi) & _same(step_new, step) & _same(step, step_old)
+            u, lo, hi, step_old, step = u_new, lo_new, hi_new, step, step_new
+            if np.count_nonzero(same) > 0.1 * same.size:
+                flat[where[same]] = u[same]
+                keep = ~same
+                where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2 = (
+                    x[keep] for x in (where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2))
+                if not where.size:
+                    break
+        flat[where] = u
     return out ** 3
+
+
+def _same(a, b):
+    """Elementwise: equal, or both NaN."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,

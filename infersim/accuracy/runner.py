@@ -189,6 +189,8 @@ class Runner:
 
         if workers <= 1 or self.pool is not None or "fork" not in multiprocessing.get_all_start_methods():
             return
+        from .. import api  # noqa: F401  (imported once, before the workers fork and inherit it)
+
         try:
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
             self.workers = workers
