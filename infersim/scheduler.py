@@ -355,7 +355,12 @@ PAD_AXIS = np.geomspace(1e-3, 1e5, 1601)
 
 @lru_cache(maxsize=64)
 def _padded_table(sizes, d: int) -> np.ndarray:
-    return _padded_exact(sizes, PAD_AXIS, d)
+    """``_padded_exact`` over ``PAD_AXIS`` (kept on disk between processes, ``table_cache``)."""
+    return table_cache.persisted("padded", _build_padded_table, tuple(sizes or ()), int(d))[0]
+
+
+def _build_padded_table(sizes: tuple, d: int):
+    return (_padded_exact(sizes, PAD_AXIS, d),)
 
 
 def padded_rows(engine, batch, d):

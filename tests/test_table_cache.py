@@ -40,6 +40,12 @@ def test_read_back_is_bit_identical_and_not_rebuilt(cache):
     assert len(calls) == 1
     assert isinstance(two[3], float) and two[3] == one[3]  # scalars come back as floats
     assert all(np.array_equal(a, b) for a, b in zip(one[:3], two[:3]))
+    sizes = (1, 2, 4, 8, 16, 64, 256)
+    scheduler._padded_table.cache_clear()
+    for _ in range(2):  # built, then read back: the same padded rows
+        assert np.array_equal(scheduler._padded_table(sizes, 4), scheduler._padded_exact(sizes, scheduler.PAD_AXIS, 4))
+        scheduler._padded_table.cache_clear()
+    assert len(list(cache.glob("padded-*.npz"))) == 1
 
 
 def test_other_arguments_or_code_miss(cache, monkeypatch):
