@@ -671,19 +671,19 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
                 d = d + w * pdf
         return c / total, d / total
 
-    res = []
-    for q, t0 in zip(qs, start):
-        lo, up = np.zeros_like(hi), hi.copy()
-        t = np.clip(np.asarray(t0, dtype=float), 0.0, hi)
-        for _ in range(iters):
-            c, d = cdf_pdf(t)
-            below = c < q
-            lo, up = np.where(below, t, lo), np.where(below, up, t)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                newton = t - (c - q) / d
-            t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
-        res.append(t)
-    return res
+    # every q in one pass: a leading axis, one layer per q
+    starts = np.broadcast_arrays(*(np.asarray(t0, dtype=float) for t0 in start))
+    q = np.reshape(np.asarray(qs, dtype=float), (len(qs),) + (1,) * starts[0].ndim)
+    t = np.clip(np.stack(starts), 0.0, hi)
+    lo, up = np.zeros_like(t), np.broadcast_to(hi, t.shape).copy()
+    for _ in range(iters):
+        c, d = cdf_pdf(t)
+        below = c < q
+        lo, up = np.where(below, t, lo), np.where(below, up, t)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            newton = t - (c - q) / d
+        t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
+    return [t[i] for i in range(len(qs))]
 
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,

@@ -305,20 +305,27 @@ def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
 
 
 def _two_gamma_quantiles(w1, m1, v1, w2, m2, v2, qs, iters: int = 20) -> list:
-    """``_two_gamma_quantile`` at each of ``qs``, the Wilson-Hilferty terms computed once."""
+    """``_two_gamma_quantile`` at each of ``qs``, the Wilson-Hilferty terms computed once and every
+    q solved in one pass (the arrays stacked along a leading axis, one layer per q)."""
     a1, b1 = _wilson_hilferty(m1, v1)
     a2, b2 = _wilson_hilferty(m2, v2)
     arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
-    return [_solve_two_gamma(*arrays, q, iters) for q in qs]
+    shape = (len(qs),) + arrays[0].shape
+    layer = (len(qs),) + (1,) * arrays[0].ndim
+    stacked = [np.broadcast_to(a, shape).copy() for a in arrays]
+    q = np.broadcast_to(np.reshape(np.asarray(qs, dtype=float), layer), shape).copy()
+    z_q = np.broadcast_to(np.reshape([NormalDist().inv_cdf(x) for x in qs], layer), shape).copy()
+    out = _solve_two_gamma(*stacked, q, z_q, iters)
+    return [out[i] for i in range(len(qs))]
 
 
-def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
-    z_q = NormalDist().inv_cdf(q)
+def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, z_q, iters):
+    """Safeguarded Newton in u = x^(1/3) for the q-quantiles (``q`` and z_q = Φ⁻¹(q) arrays)."""
     u1, u2 = np.maximum((z_q - b1) / a1, 0.0), np.maximum((z_q - b2) / a2, 0.0)
     out = u1.copy()
     mixed = w2 > 1e-9
     if np.any(mixed):
-        w1, w2, a1, b1, a2, b2, u1, u2 = (x[mixed] for x in (w1, w2, a1, b1, a2, b2, u1, u2))
+        w1, w2, a1, b1, a2, b2, u1, u2, q = (x[mixed] for x in (w1, w2, a1, b1, a2, b2, u1, u2, q))
         lo, hi = np.minimum(u1, u2), np.maximum(u1, u2)
         u = np.where(w1 >= w2, u1, u2)
         inv_sqrt_2pi = 1.0 / math.sqrt(2.0 * math.pi)
@@ -344,8 +351,8 @@ def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
             if np.count_nonzero(same) > 0.1 * same.size:
                 flat[where[same]] = u[same]
                 keep = ~same
-                where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2 = (
-                    x[keep] for x in (where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2))
+                where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2, q = (
+                    x[keep] for x in (where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2, q))
                 if not where.size:
                     break
         flat[where] = u
