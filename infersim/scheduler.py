@@ -397,6 +397,8 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
         return z + 1.0, z, z
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
+    p_busy, keep = 1.0 - p_idle, 1.0 - carried
+    wait_busy = W * p_busy
     alive = np.ones(np.broadcast(per_iter, offset, d).shape)       # no admission yet, not every rank has a prompt
     f_prev = np.zeros_like(alive)
     m1 = np.zeros_like(alive)
@@ -404,19 +406,20 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
     m3 = np.zeros_like(alive)
     for k in range(1, T + 1):
         mk = per_iter * k + offset
-        none = (1.0 - carried) * np.exp(-mk)  # this rank holds no prompt
+        none = keep * np.exp(-mk)  # this rank holds no prompt
         f = (1.0 - none) ** d
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
-        g_all = k + W * (1.0 - p_idle)
-        m1 += alive * h_all * g_all
-        m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
-        m3 += alive * h_all * g_all**3
+        g_all = k + wait_busy
+        adm = alive * h_all
+        m1 += adm * g_all
+        m2 += adm * (k * k + (2 * k * W + W * W) * p_busy)
+        m3 += adm * g_all**3
         rest = alive * (1.0 - h_all)
-        waiting = 1.0 - none**d
-        h_idle = p_idle * waiting if k < T else 1.0
-        m1 += rest * h_idle * k
-        m2 += rest * h_idle * k * k
-        m3 += rest * h_idle * k**3
+        h_idle = p_idle * (1.0 - none**d) if k < T else 1.0
+        idle = rest * h_idle
+        m1 += idle * k
+        m2 += idle * k * k
+        m3 += idle * k**3
         alive = rest * (1.0 - h_idle)
         f_prev = f
     m1 = np.where(on, m1, 1.0)
@@ -567,7 +570,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     extra = None
     if budget:  # the backlog of a rank's queue at its mean arrivals per context iteration
         m_rank = batch * L / stats.osl_mean * eg / d
-        _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
+        if np.any(gated):  # the gate's last step moved E[G]
+            _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
+        else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
+            p_over = carried
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
         full = eg * t_d + s_tok * cap * prompt_scale
