@@ -57,6 +57,7 @@ from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan
 from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
+                      gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit)
 from statistics import NormalDist
 
@@ -636,44 +637,45 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
     CDF of U·a + Y is (G(t) − G(t − a))/a with G(x) = E[(x − Y)⁺] = x·F(x; k) − kθ·F(x; k + 1)
     (gamma CDFs of shape k, k + 1 and scale θ, Wilson-Hilferty), its density (F(t) − F(t − a))/a;
     each quantile by safeguarded Newton steps from ``start`` (one array per q) inside [0, hi]."""
-    def f_g(x, k, th):  # gamma CDF of shape k, scale θ at x (Wilson-Hilferty)
-        return gamma_cdf(x, k * th, k * th * th)
-
-    def g(x, k, th):
-        x = np.maximum(x, 0.0)
-        return x * f_g(x, k, th) - k * th * f_g(x, k + 1.0, th)
-
+    # per part: the Wilson-Hilferty terms of the gamma CDFs of shape k and k + 1 (scale θ)
     prep, hi = [], 0.0
     for w, a, m, v in parts:
-        prep.append((w, a, m * m / v, v / m))
+        k, th = m * m / v, v / m
+        k1 = k + 1.0
+        prep.append((w, a, k * th, gamma_cdf_terms(k * th, k * th * th), gamma_cdf_terms(k1 * th, k1 * th * th)))
         hi = np.maximum(hi, a + m + 40.0 * np.sqrt(v))
     total = sum(w for w, *_ in prep)
+
+    def g(x, kth, f0, f1):  # E[(x − Y)⁺] = x·F(x; k) − kθ·F(x; k + 1)
+        x = np.maximum(x, 0.0)
+        return x * gamma_cdf_at(x, f0) - kth * gamma_cdf_at(x, f1)
 
     def cdf_pdf(t):
         # each gamma CDF evaluated once per point (F(t; k) serves G, F and the density alike)
         c = d = 0.0
         x = np.maximum(t, 0.0)
-        for w, a, k, th in prep:
+        for w, a, kth, f0, f1 in prep:
             uni = a > 0
-            ft = f_g(t, k, th)
+            ft = gamma_cdf_at(t, f0)
             if np.all(uni):
                 # the uniform mixture: CDF (G(t) − G(t − a))/a, density (F(t) − F(t − a))/a
                 xa = np.maximum(t - a, 0.0)
-                fa = f_g(t - a, k, th)
-                g_t = x * ft - k * th * f_g(x, k + 1.0, th)
-                g_a = xa * fa - k * th * f_g(xa, k + 1.0, th)
+                fa = gamma_cdf_at(t - a, f0)
+                g_t = x * ft - kth * gamma_cdf_at(x, f1)
+                g_a = xa * fa - kth * gamma_cdf_at(xa, f1)
                 c = c + w * ((g_t - g_a) / a)
                 d = d + w * ((ft - fa) / a)
             elif not np.any(uni):
                 # a gamma alone: its CDF, the density by a small central difference
                 eps = 1e-4 * np.maximum(t, 1e-12)
                 c = c + w * ft
-                d = d + w * ((f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
+                d = d + w * ((gamma_cdf_at(t + eps, f0) - gamma_cdf_at(t - eps, f0)) / (2 * eps))
             else:
                 aa = np.where(uni, a, 1.0)
-                c = c + w * np.where(uni, (g(t, k, th) - g(t - a, k, th)) / aa, ft)
+                c = c + w * np.where(uni, (g(t, kth, f0, f1) - g(t - a, kth, f0, f1)) / aa, ft)
                 eps = 1e-4 * np.maximum(t, 1e-12)
-                pdf = np.where(uni, (ft - f_g(t - a, k, th)) / aa, (f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
+                pdf = np.where(uni, (ft - gamma_cdf_at(t - a, f0)) / aa,
+                               (gamma_cdf_at(t + eps, f0) - gamma_cdf_at(t - eps, f0)) / (2 * eps))
                 d = d + w * pdf
         return c / total, d / total
 

@@ -277,9 +277,20 @@ def _norm_cdf(z):
 
 def gamma_cdf(x, mean, var):
     """P(X ≤ x) of a gamma with the given mean and variance (Wilson-Hilferty, broadcasts)."""
+    return gamma_cdf_at(x, gamma_cdf_terms(mean, var))
+
+
+def gamma_cdf_terms(mean, var):
+    """The x-independent terms of ``gamma_cdf`` (mean, 1 − c, √c), for many evaluations."""
     mean = np.maximum(mean, 1e-30)
     c = np.maximum(var, 1e-30 * mean * mean) / (9.0 * mean * mean)
-    return _norm_cdf((np.cbrt(np.maximum(x, 0.0) / mean) - (1.0 - c)) / np.sqrt(c))
+    return mean, 1.0 - c, np.sqrt(c)
+
+
+def gamma_cdf_at(x, terms):
+    """``gamma_cdf`` at x from its ``gamma_cdf_terms``."""
+    mean, one_less_c, root_c = terms
+    return _norm_cdf((np.cbrt(np.maximum(x, 0.0) / mean) - one_less_c) / root_c)
 
 
 def _wilson_hilferty(mean, var):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -79,6 +78,8 @@ def persisted(name: str, build: Callable[..., tuple], *args) -> tuple:
     except (OSError, ValueError, KeyError, EOFError):
         pass  # corrupt or unreadable: build it again
     out = build(*args)
+    import tempfile
+
     tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
