@@ -623,8 +623,9 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     var0 = (0.5 * count * m2 + m2 - mu * mu) / cap**2
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
     mean1, var1 = mean0 + wpos, var0 + wpos * wpos
-    s0, s0sq, p0 = _gamma_tail_sums(mean0, var0)
-    s1, s1sq, p1 = _gamma_tail_sums(mean1, var1)
+    # both cases in one pass (a leading axis: W = 0, W > 0)
+    mean0, mean1, var0, var1 = np.broadcast_arrays(mean0, mean1, var0, var1)
+    (s0, s1), (s0sq, s1sq), (p0, p1) = _gamma_tail_sums(np.stack((mean0, mean1)), np.stack((var0, var1)))
     e1 = (1.0 - p_over) * s0 + p_over * s1
     e2 = (1.0 - p_over) * s0sq + p_over * s1sq
     p1 = np.where(stable, (1.0 - p_over) * p0 + p_over * p1, 1.0)

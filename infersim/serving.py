@@ -344,11 +344,12 @@ def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, z_q, iters):
         flat = out.reshape(-1)  # a view: ``out`` is a fresh contiguous array
         where = np.flatnonzero(mixed)  # the points still iterating (indices into ``flat``)
         for _ in range(iters):
-            z1, z2 = a1 * u + b1, a2 * u + b2
-            f = w1 * _norm_cdf(z1) + w2 * _norm_cdf(z2) - q
+            z = np.stack((a1 * u + b1, a2 * u + b2))  # both components in one pass
+            phi, dens = _norm_cdf(z), np.exp(-0.5 * z * z)
+            f = w1 * phi[0] + w2 * phi[1] - q
             below = f < 0
             lo_new, hi_new = np.where(below, u, lo), np.where(below, hi, u)
-            slope = inv_sqrt_2pi * (w1 * a1 * np.exp(-0.5 * z1 * z1) + w2 * a2 * np.exp(-0.5 * z2 * z2))
+            slope = inv_sqrt_2pi * (w1 * a1 * dens[0] + w2 * a2 * dens[1])
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 newton = u - f / slope
             # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step
