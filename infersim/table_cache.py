@@ -9,8 +9,10 @@ and Python versions. A table read back is bit-identical to the one built; any ch
 or of the code gives another name, so a stale file is never read.
 
 Folder: ``$INFERSIM_CACHE_DIR`` (``off`` or empty: no disk cache), else
-``$XDG_CACHE_HOME/infersim/tables`` (default ``~/.cache/infersim/tables``). An unreadable,
-unwritable or corrupt cache is ignored (the table is built as without it).
+``$XDG_CACHE_HOME/infersim/tables`` (default ``~/.cache/infersim/tables``), with one subfolder per
+code version (nothing prunes the subfolders of earlier versions; deleting the folder is always
+safe). A table is 2-640 kB (``validate`` writes 31 of them, 7.7 MB). An unreadable, unwritable or corrupt
+cache is ignored (the table is built as without it).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def persisted(name: str, build: Callable[..., tuple], *args) -> tuple:
     folder = cache_dir()
     if folder is None:
         return build(*args)
+    folder = folder / _code_digest().hex()[:16]  # one subfolder per code version: old ones can go
     path = folder / f"{name}-{digest(name, args)}.npz"
     try:
         if path.is_file():

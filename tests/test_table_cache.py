@@ -31,7 +31,7 @@ def test_read_back_is_bit_identical_and_not_rebuilt(cache):
     build, calls = _counting(scheduler._build_capped_table)
     first = table_cache.persisted("capped", build, *ISL, 4)
     second = table_cache.persisted("capped", build, *ISL, 4)
-    assert len(calls) == 1 and len(list(cache.glob("capped-*.npz"))) == 1
+    assert len(calls) == 1 and len(list(cache.rglob("capped-*.npz"))) == 1
     fresh = scheduler._build_capped_table(*ISL, 4)
     for a, b, c in zip(first, second, fresh):
         assert np.array_equal(a, c, equal_nan=True) and np.array_equal(b, c, equal_nan=True)
@@ -45,7 +45,7 @@ def test_read_back_is_bit_identical_and_not_rebuilt(cache):
     for _ in range(2):  # built, then read back: the same padded rows
         assert np.array_equal(scheduler._padded_table(sizes, 4), scheduler._padded_exact(sizes, scheduler.PAD_AXIS, 4))
         scheduler._padded_table.cache_clear()
-    assert len(list(cache.glob("padded-*.npz"))) == 1
+    assert len(list(cache.rglob("padded-*.npz"))) == 1
 
 
 def test_other_arguments_or_code_miss(cache, monkeypatch):
@@ -62,7 +62,7 @@ def test_other_arguments_or_code_miss(cache, monkeypatch):
 def test_corrupt_file_is_rebuilt(cache):
     build, calls = _counting(scheduler._build_busiest_table)
     want = table_cache.persisted("busiest", build, *ISL, 2)
-    (path,) = cache.glob("busiest-*.npz")
+    (path,) = cache.rglob("busiest-*.npz")
     path.write_bytes(b"not a table")
     got = table_cache.persisted("busiest", build, *ISL, 2)
     assert len(calls) == 2 and all(np.array_equal(a, b) for a, b in zip(want[:3], got[:3]))
