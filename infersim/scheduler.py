@@ -51,11 +51,13 @@ from functools import lru_cache
 import numpy as np
 from scipy.special import gammaincc
 
+from . import table_cache
 from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan
 from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
+                      gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit)
 from statistics import NormalDist
 
@@ -147,7 +149,12 @@ def _tail_integrals(tail: np.ndarray, grid: np.ndarray, w: tuple):
 
 @lru_cache(maxsize=64)
 def _busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
-    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths."""
+    """(log m grid, E[max], Var[max]) of the largest of d compound Poisson(m) sums of prompt lengths
+    (kept on disk between processes, ``table_cache``)."""
+    return table_cache.persisted("busiest", _build_busiest_table, isl_points, isl_probs, int(d))
+
+
+def _build_busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     grid, w, cdf, mu, m2 = _cp_table(isl_points, isl_probs)
     ms = COUNT_AXIS
     emax, vmax = np.empty_like(ms), np.empty_like(ms)
@@ -229,6 +236,11 @@ def _rank_queue_table(isl_points: tuple, isl_probs: tuple):
 
 @lru_cache(maxsize=64)
 def _capped_table(isl_points: tuple, isl_probs: tuple, d: int):
+    """``_build_capped_table``, kept on disk between processes (``table_cache``)."""
+    return table_cache.persisted("capped", _build_capped_table, isl_points, isl_probs, int(d))
+
+
+def _build_capped_table(isl_points: tuple, isl_probs: tuple, d: int):
     """A rank takes at most c prompt tokens per context iteration (its budget left beside its decode
     tokens); the rest waits for the next one. Per (log m, log c) of ``COUNT_AXIS`` × ``CAP_AXIS``:
 
@@ -344,7 +356,12 @@ PAD_AXIS = np.geomspace(1e-3, 1e5, 1601)
 
 @lru_cache(maxsize=64)
 def _padded_table(sizes, d: int) -> np.ndarray:
-    return _padded_exact(sizes, PAD_AXIS, d)
+    """``_padded_exact`` over ``PAD_AXIS`` (kept on disk between processes, ``table_cache``)."""
+    return table_cache.persisted("padded", _build_padded_table, tuple(sizes or ()), int(d))[0]
+
+
+def _build_padded_table(sizes: tuple, d: int):
+    return (_padded_exact(sizes, PAD_AXIS, d),)
 
 
 def padded_rows(engine, batch, d):
@@ -381,6 +398,8 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
         return z + 1.0, z, z
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
+    p_busy, keep = 1.0 - p_idle, 1.0 - carried
+    wait_busy = W * p_busy
     alive = np.ones(np.broadcast(per_iter, offset, d).shape)       # no admission yet, not every rank has a prompt
     f_prev = np.zeros_like(alive)
     m1 = np.zeros_like(alive)
@@ -388,19 +407,20 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
     m3 = np.zeros_like(alive)
     for k in range(1, T + 1):
         mk = per_iter * k + offset
-        none = (1.0 - carried) * np.exp(-mk)  # this rank holds no prompt
+        none = keep * np.exp(-mk)  # this rank holds no prompt
         f = (1.0 - none) ** d
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
-        g_all = k + W * (1.0 - p_idle)
-        m1 += alive * h_all * g_all
-        m2 += alive * h_all * (k * k + (2 * k * W + W * W) * (1.0 - p_idle))
-        m3 += alive * h_all * g_all**3
+        g_all = k + wait_busy
+        adm = alive * h_all
+        m1 += adm * g_all
+        m2 += adm * (k * k + (2 * k * W + W * W) * p_busy)
+        m3 += adm * g_all**3
         rest = alive * (1.0 - h_all)
-        waiting = 1.0 - none**d
-        h_idle = p_idle * waiting if k < T else 1.0
-        m1 += rest * h_idle * k
-        m2 += rest * h_idle * k * k
-        m3 += rest * h_idle * k**3
+        h_idle = p_idle * (1.0 - none**d) if k < T else 1.0
+        idle = rest * h_idle
+        m1 += idle * k
+        m2 += idle * k * k
+        m3 += idle * k**3
         alive = rest * (1.0 - h_idle)
         f_prev = f
     m1 = np.where(on, m1, 1.0)
@@ -551,7 +571,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     extra = None
     if budget:  # the backlog of a rank's queue at its mean arrivals per context iteration
         m_rank = batch * L / stats.osl_mean * eg / d
-        _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
+        if np.any(gated):  # the gate's last step moved E[G]
+            _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
+        else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
+            p_over = carried
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
         full = eg * t_d + s_tok * cap * prompt_scale
@@ -600,8 +623,9 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     var0 = (0.5 * count * m2 + m2 - mu * mu) / cap**2
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
     mean1, var1 = mean0 + wpos, var0 + wpos * wpos
-    s0, s0sq, p0 = _gamma_tail_sums(mean0, var0)
-    s1, s1sq, p1 = _gamma_tail_sums(mean1, var1)
+    # both cases in one pass (a leading axis: W = 0, W > 0)
+    mean0, mean1, var0, var1 = np.broadcast_arrays(mean0, mean1, var0, var1)
+    (s0, s1), (s0sq, s1sq), (p0, p1) = _gamma_tail_sums(np.stack((mean0, mean1)), np.stack((var0, var1)))
     e1 = (1.0 - p_over) * s0 + p_over * s1
     e2 = (1.0 - p_over) * s0sq + p_over * s1sq
     p1 = np.where(stable, (1.0 - p_over) * p0 + p_over * p1, 1.0)
@@ -614,45 +638,61 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
     CDF of U·a + Y is (G(t) − G(t − a))/a with G(x) = E[(x − Y)⁺] = x·F(x; k) − kθ·F(x; k + 1)
     (gamma CDFs of shape k, k + 1 and scale θ, Wilson-Hilferty), its density (F(t) − F(t − a))/a;
     each quantile by safeguarded Newton steps from ``start`` (one array per q) inside [0, hi]."""
-    def f_g(x, k, th):  # gamma CDF of shape k, scale θ at x (Wilson-Hilferty)
-        return gamma_cdf(x, k * th, k * th * th)
-
-    def g(x, k, th):
-        x = np.maximum(x, 0.0)
-        return x * f_g(x, k, th) - k * th * f_g(x, k + 1.0, th)
-
+    # per part: the Wilson-Hilferty terms of the gamma CDFs of shape k and k + 1 (scale θ)
     prep, hi = [], 0.0
     for w, a, m, v in parts:
-        prep.append((w, a, m * m / v, v / m))
+        k, th = m * m / v, v / m
+        k1 = k + 1.0
+        prep.append((w, a, k * th, gamma_cdf_terms(k * th, k * th * th), gamma_cdf_terms(k1 * th, k1 * th * th)))
         hi = np.maximum(hi, a + m + 40.0 * np.sqrt(v))
     total = sum(w for w, *_ in prep)
 
+    def g(x, kth, f0, f1):  # E[(x − Y)⁺] = x·F(x; k) − kθ·F(x; k + 1)
+        x = np.maximum(x, 0.0)
+        return x * gamma_cdf_at(x, f0) - kth * gamma_cdf_at(x, f1)
+
     def cdf_pdf(t):
+        # each gamma CDF evaluated once per point (F(t; k) serves G, F and the density alike)
         c = d = 0.0
-        for w, a, k, th in prep:
+        x = np.maximum(t, 0.0)
+        for w, a, kth, f0, f1 in prep:
             uni = a > 0
-            aa = np.where(uni, a, 1.0)
-            ft = f_g(t, k, th)
-            c = c + w * np.where(uni, (g(t, k, th) - g(t - a, k, th)) / aa, ft)
-            # density: the uniform mixture's (F(t) − F(t − a))/a, else by a small central difference
-            eps = 1e-4 * np.maximum(t, 1e-12)
-            pdf = np.where(uni, (ft - f_g(t - a, k, th)) / aa, (f_g(t + eps, k, th) - f_g(t - eps, k, th)) / (2 * eps))
-            d = d + w * pdf
+            ft = gamma_cdf_at(t, f0)
+            if np.all(uni):
+                # the uniform mixture: CDF (G(t) − G(t − a))/a, density (F(t) − F(t − a))/a
+                xa = np.maximum(t - a, 0.0)
+                fa = gamma_cdf_at(t - a, f0)
+                g_t = x * ft - kth * gamma_cdf_at(x, f1)
+                g_a = xa * fa - kth * gamma_cdf_at(xa, f1)
+                c = c + w * ((g_t - g_a) / a)
+                d = d + w * ((ft - fa) / a)
+            elif not np.any(uni):
+                # a gamma alone: its CDF, the density by a small central difference
+                eps = 1e-4 * np.maximum(t, 1e-12)
+                c = c + w * ft
+                d = d + w * ((gamma_cdf_at(t + eps, f0) - gamma_cdf_at(t - eps, f0)) / (2 * eps))
+            else:
+                aa = np.where(uni, a, 1.0)
+                c = c + w * np.where(uni, (g(t, kth, f0, f1) - g(t - a, kth, f0, f1)) / aa, ft)
+                eps = 1e-4 * np.maximum(t, 1e-12)
+                pdf = np.where(uni, (ft - gamma_cdf_at(t - a, f0)) / aa,
+                               (gamma_cdf_at(t + eps, f0) - gamma_cdf_at(t - eps, f0)) / (2 * eps))
+                d = d + w * pdf
         return c / total, d / total
 
-    res = []
-    for q, t0 in zip(qs, start):
-        lo, up = np.zeros_like(hi), hi.copy()
-        t = np.clip(np.asarray(t0, dtype=float), 0.0, hi)
-        for _ in range(iters):
-            c, d = cdf_pdf(t)
-            below = c < q
-            lo, up = np.where(below, t, lo), np.where(below, up, t)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                newton = t - (c - q) / d
-            t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
-        res.append(t)
-    return res
+    # every q in one pass: a leading axis, one layer per q
+    starts = np.broadcast_arrays(*(np.asarray(t0, dtype=float) for t0 in start))
+    q = np.reshape(np.asarray(qs, dtype=float), (len(qs),) + (1,) * starts[0].ndim)
+    t = np.clip(np.stack(starts), 0.0, hi)
+    lo, up = np.zeros_like(t), np.broadcast_to(hi, t.shape).copy()
+    for _ in range(iters):
+        c, d = cdf_pdf(t)
+        below = c < q
+        lo, up = np.where(below, t, lo), np.where(below, up, t)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            newton = t - (c - q) / d
+        t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
+    return [t[i] for i in range(len(qs))]
 
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,

@@ -255,18 +255,42 @@ def _mixture_z(w: tuple, w_shape: tuple, p: tuple, p_shape: tuple, q: float, ite
 
 def _norm_cdf(z):
     """Φ(z) (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), vectorized."""
-    x = np.abs(z) / np.sqrt(2.0)
-    t = 1.0 / (1.0 + 0.3275911 * x)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    half_erfc = 0.5 * poly * np.exp(-x * x)
-    return np.where(z >= 0, 1.0 - half_erfc, half_erfc)
+    # the same operations as Φ = where(z ≥ 0, 1 − h, h), h = ½·t·P(t)·exp(−x²), done in place
+    z = np.asarray(z, dtype=float)
+    x = np.abs(z)
+    x /= np.sqrt(2.0)
+    t = 0.3275911 * x
+    t += 1.0
+    np.divide(1.0, t, out=t)
+    h = t * 1.061405429
+    for coef in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        h += coef
+        h *= t
+    h *= 0.5
+    x *= x
+    np.negative(x, out=x)
+    h *= np.exp(x, out=x)
+    out = 1.0 - h
+    np.copyto(out, h, where=~(z >= 0))
+    return out
 
 
 def gamma_cdf(x, mean, var):
     """P(X ≤ x) of a gamma with the given mean and variance (Wilson-Hilferty, broadcasts)."""
+    return gamma_cdf_at(x, gamma_cdf_terms(mean, var))
+
+
+def gamma_cdf_terms(mean, var):
+    """The x-independent terms of ``gamma_cdf`` (mean, 1 − c, √c), for many evaluations."""
     mean = np.maximum(mean, 1e-30)
     c = np.maximum(var, 1e-30 * mean * mean) / (9.0 * mean * mean)
-    return _norm_cdf((np.cbrt(np.maximum(x, 0.0) / mean) - (1.0 - c)) / np.sqrt(c))
+    return mean, 1.0 - c, np.sqrt(c)
+
+
+def gamma_cdf_at(x, terms):
+    """``gamma_cdf`` at x from its ``gamma_cdf_terms``."""
+    mean, one_less_c, root_c = terms
+    return _norm_cdf((np.cbrt(np.maximum(x, 0.0) / mean) - one_less_c) / root_c)
 
 
 def _wilson_hilferty(mean, var):
@@ -292,38 +316,64 @@ def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
 
 
 def _two_gamma_quantiles(w1, m1, v1, w2, m2, v2, qs, iters: int = 20) -> list:
-    """``_two_gamma_quantile`` at each of ``qs``, the Wilson-Hilferty terms computed once."""
+    """``_two_gamma_quantile`` at each of ``qs``, the Wilson-Hilferty terms computed once and every
+    q solved in one pass (the arrays stacked along a leading axis, one layer per q)."""
     a1, b1 = _wilson_hilferty(m1, v1)
     a2, b2 = _wilson_hilferty(m2, v2)
     arrays = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (w1, w2, a1, b1, a2, b2)))
-    return [_solve_two_gamma(*arrays, q, iters) for q in qs]
+    shape = (len(qs),) + arrays[0].shape
+    layer = (len(qs),) + (1,) * arrays[0].ndim
+    stacked = [np.broadcast_to(a, shape).copy() for a in arrays]
+    q = np.broadcast_to(np.reshape(np.asarray(qs, dtype=float), layer), shape).copy()
+    z_q = np.broadcast_to(np.reshape([NormalDist().inv_cdf(x) for x in qs], layer), shape).copy()
+    out = _solve_two_gamma(*stacked, q, z_q, iters)
+    return [out[i] for i in range(len(qs))]
 
 
-def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, iters):
-    z_q = NormalDist().inv_cdf(q)
+def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, z_q, iters):
+    """Safeguarded Newton in u = x^(1/3) for the q-quantiles (``q`` and z_q = Φ⁻¹(q) arrays)."""
     u1, u2 = np.maximum((z_q - b1) / a1, 0.0), np.maximum((z_q - b2) / a2, 0.0)
     out = u1.copy()
     mixed = w2 > 1e-9
     if np.any(mixed):
-        w1, w2, a1, b1, a2, b2, u1, u2 = (x[mixed] for x in (w1, w2, a1, b1, a2, b2, u1, u2))
+        w1, w2, a1, b1, a2, b2, u1, u2, q = (x[mixed] for x in (w1, w2, a1, b1, a2, b2, u1, u2, q))
         lo, hi = np.minimum(u1, u2), np.maximum(u1, u2)
         u = np.where(w1 >= w2, u1, u2)
         inv_sqrt_2pi = 1.0 / math.sqrt(2.0 * math.pi)
         step_old = step = hi - lo
+        flat = out.reshape(-1)  # a view: ``out`` is a fresh contiguous array
+        where = np.flatnonzero(mixed)  # the points still iterating (indices into ``flat``)
         for _ in range(iters):
-            z1, z2 = a1 * u + b1, a2 * u + b2
-            f = w1 * _norm_cdf(z1) + w2 * _norm_cdf(z2) - q
+            z = np.stack((a1 * u + b1, a2 * u + b2))  # both components in one pass
+            phi, dens = _norm_cdf(z), np.exp(-0.5 * z * z)
+            f = w1 * phi[0] + w2 * phi[1] - q
             below = f < 0
-            lo, hi = np.where(below, u, lo), np.where(below, hi, u)
-            slope = inv_sqrt_2pi * (w1 * a1 * np.exp(-0.5 * z1 * z1) + w2 * a2 * np.exp(-0.5 * z2 * z2))
+            lo_new, hi_new = np.where(below, u, lo), np.where(below, hi, u)
+            slope = inv_sqrt_2pi * (w1 * a1 * dens[0] + w2 * a2 * dens[1])
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 newton = u - f / slope
             # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step
-            bisect = ~((newton > lo) & (newton < hi)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
-            step_old, step = step, np.where(bisect, 0.5 * (hi - lo), np.abs(u - newton))
-            u = np.where(bisect, 0.5 * (lo + hi), newton)
-        out[mixed] = u
+            bisect = ~((newton > lo_new) & (newton < hi_new)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
+            step_new = np.where(bisect, 0.5 * (hi_new - lo_new), np.abs(u - newton))
+            u_new = np.where(bisect, 0.5 * (lo_new + hi_new), newton)
+            # a point whose whole state (u, bracket, last two steps) came back unchanged is a fixed
+            # point of the iteration: it stays there, so it leaves the arrays (same result, less work)
+            same = _same(u_new, u) & _same(lo_new, lo) & _same(hi_new, hi) & _same(step_new, step) & _same(step, step_old)
+            u, lo, hi, step_old, step = u_new, lo_new, hi_new, step, step_new
+            if np.count_nonzero(same) > 0.1 * same.size:
+                flat[where[same]] = u[same]
+                keep = ~same
+                where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2, q = (
+                    x[keep] for x in (where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2, q))
+                if not where.size:
+                    break
+        flat[where] = u
     return out ** 3
+
+
+def _same(a, b):
+    """Elementwise: equal, or both NaN."""
+    return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +13,11 @@ from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
+
+# the scheduler's tables go to a disk cache (infersim.table_cache): the tests use their own folder
+if "INFERSIM_CACHE_DIR" not in os.environ:
+    os.environ["INFERSIM_CACHE_DIR"] = tempfile.mkdtemp(prefix="infersim-test-tables-")
+    atexit.register(shutil.rmtree, os.environ["INFERSIM_CACHE_DIR"], True)
 FOLDERS = {"hardware": "hardware_profiles", "model": "model_profiles", "scenario": "scenarios"}
 
 # File I/O and CLI invocations make single examples slow now and then; timing is not under test.

@@ -5,7 +5,7 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "infersim"
 
-ORDER = ["units", "errors", "files", "specs", "graph", "roofline", "torus", "comm", "plan", "parallel", "engine",
+ORDER = ["units", "errors", "files", "table_cache", "specs", "graph", "roofline", "torus", "comm", "plan", "parallel", "engine",
          "optimizations", "checks", "query", "serving", "scheduler", "disagg_eval", "tco", "grid", "search", "report",
          "api", "pareto", "ablation", "des", "accuracy", "workloads", "at_load", "capacity", "sweep",
          "cli_products", "cli_profiles", "cli", "__main__", "__init__"]

@@ -163,7 +163,7 @@ class Runner:
             global _POOL_RUNNER
             _POOL_RUNNER = self  # workers fork at the pool's first use and inherit this
             try:
-                chunk = max(1, len(todo) // (4 * self.workers))
+                chunk = max(1, len(todo) // (64 * self.workers))  # small chunks: the workers finish together
                 for n, (task, out) in enumerate(zip(todo, self.pool.map(_pool_predict, todo, chunksize=chunk)), 1):
                     self.cache[self._ckey(task)] = out
                     if progress is not None:
@@ -189,6 +189,8 @@ class Runner:
 
         if workers <= 1 or self.pool is not None or "fork" not in multiprocessing.get_all_start_methods():
             return
+        from .. import api  # noqa: F401  (imported once, before the workers fork and inherit it)
+
         try:
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
             self.workers = workers
