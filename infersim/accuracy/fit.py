@@ -217,15 +217,24 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         ops = [o for o in ops if op_locks.get(o.key) is not None and o.key.preset in base_rnd]
         op_measured = np.array([o.tpot_mean_s for o in ops])
 
-        def op_tasks(hw, rnd):
-            return [(o.key, _vals(hw[o.hardware]), _vals(rnd[o.key.preset]), op_locks[o.key], o.occupancy)
-                    for o in ops]
+        def op_eval(hw, rnd) -> list[float | None]:
+            """Model mean TPOT per operating point; one evaluation per key over all its occupancies."""
+            groups: dict[PredictionKey, list[int]] = {}
+            for i, o in enumerate(ops):
+                groups.setdefault(o.key, []).append(i)
+            tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k],
+                       tuple(ops[i].occupancy for i in idx)) for k, idx in groups.items()]
+            out: list[float | None] = [None] * len(ops)
+            for idx, res in zip(groups.values(), run.predict_many(tasks_)):
+                for i, v in zip(idx, res.value or (None,) * len(idx)):
+                    out[i] = v
+            return out
 
-        op_first = run.predict_many(op_tasks(base_hw, base_rnd))
-        keep_ops = [i for i, o in enumerate(op_first) if o.value is not None]
+        op_first = op_eval(base_hw, base_rnd)
+        keep_ops = [i for i, v in enumerate(op_first) if v is not None]
         ops = [ops[i] for i in keep_ops]
         op_measured = op_measured[keep_ops]
-        op_before = stats([abs(op_first[i].value / op_measured[n] - 1) * 100 for n, i in enumerate(keep_ops)])
+        op_before = stats([abs(op_first[i] / op_measured[n] - 1) * 100 for n, i in enumerate(keep_ops)])
         before = stats([abs(base_values[fr.key] / fr.row.tokens_per_s - 1) * 100 for fr in fit])
 
         # owners with enough rows
@@ -288,7 +297,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             values = [o.value for o in outs]
             prog.advance(_median_ape(values, published))
             r = np.array([math.log(v / p) if v is not None else INFEASIBLE_RESIDUAL for v, p in zip(values, published)])
-            t_op = [o.value for o in run.predict_many(op_tasks(hw, rnd))]
+            t_op = op_eval(hw, rnd)
             r_op = np.array([op_weight * (math.log(v / m) if v is not None else -INFEASIBLE_RESIDUAL)
                              for v, m in zip(t_op, op_measured)])
             return np.concatenate([r, r_op, prior_weight * (x - xp)])
@@ -339,7 +348,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         after = stats([abs(v / fr.row.tokens_per_s - 1) * 100 for fr, v in zip(fit, after_values) if v is not None])
         final_op = run.predict_many([(o.key, _vals(hw[o.hardware]), _vals(rnd[o.key.preset]), OP_SEARCH) for o in ops])
         op_locks.update({o.key: out.lock for o, out in zip(ops, final_op) if out.lock is not None})
-        op_after_values = [o.value for o in run.predict_many(op_tasks(hw, rnd))]
+        op_after_values = op_eval(hw, rnd)
         op_after = stats([abs(v / m - 1) * 100 for v, m in zip(op_after_values, op_measured) if v is not None])
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]

@@ -105,12 +105,12 @@ class Runner:
 
     # ---- one prediction -----------------------------------------------------------------------
     def predict(self, key: PredictionKey, hw_values: Values = (), round_values: Values = (),
-                lock: Lock | None = None, occupancy: float | None = None) -> Outcome:
+                lock: Lock | None = None, occupancy: float | tuple[float, ...] | None = None) -> Outcome:
         """Tokens/s of ``key`` under trial values (cached); failures become reasons.
 
-        With ``occupancy`` (mean sequences in flight over the whole system) and a ``lock`` with a
-        layout: the mean time per output token, seconds, of that pinned aggregated configuration
-        at that occupancy instead (``tpot_at``)."""
+        With ``occupancy`` (mean sequences in flight over the whole system, or a tuple of them) and
+        a ``lock`` with a layout: the mean time per output token, seconds (a tuple for a tuple), of
+        that pinned aggregated configuration at that occupancy instead (``tpot_at``)."""
         ckey = (key, hw_values, round_values, lock, occupancy)
         hit = self.cache.get(ckey)
         if hit is not None:
@@ -154,10 +154,11 @@ class Runner:
         return Outcome(value, "", self._lock_of(preset, pred.config))
 
     def tpot_at(self, key: PredictionKey, hw_values: Values, round_values: Values, lock: Lock | None,
-                occupancy: float) -> Outcome:
+                occupancy: float | tuple[float, ...]) -> Outcome:
         """Mean TPOT (seconds) of the configuration ``lock`` pins, at ``occupancy`` sequences in
         flight over the system (spread evenly over its instances): ``scheduler.server`` at the
-        per-instance occupancy, no search. ``lock`` must name an aggregated layout."""
+        per-instance occupancy, no search; a tuple of occupancies is one array evaluation and gives
+        a tuple. ``lock`` must name an aggregated layout."""
         import numpy as np
 
         from .. import api
@@ -188,15 +189,16 @@ class Runner:
             if n_inst < 1:
                 return Outcome(None, "bad input: the pinned layout does not fit the accelerators", None)
             stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
-            res = server(plan, lay, np.array([occupancy / n_inst]), stats, 99.0, key.accelerators / (tp * pp))
-            value = float(res.tpot_mean[0])
+            occ = np.atleast_1d(np.asarray(occupancy, dtype=float))
+            res = server(plan, lay, occ / n_inst, stats, 99.0, key.accelerators / (tp * pp))
+            values = np.broadcast_to(np.asarray(res.tpot_mean, dtype=float), occ.shape)
         except SpecError as exc:
             return Outcome(None, f"bad input: {exc}", None)
         except Exception as exc:  # a model failure on one row must not hide the others; it is reported
             return Outcome(None, f"internal error: {type(exc).__name__}: {exc}", None)
-        if not math.isfinite(value) or value <= 0:
-            return Outcome(None, f"internal error: non-positive TPOT {value!r}", None)
-        return Outcome(value, "", lock)
+        if not np.all(np.isfinite(values) & (values > 0)):
+            return Outcome(None, f"internal error: non-positive TPOT {values.tolist()!r}", None)
+        return Outcome(tuple(float(v) for v in values) if isinstance(occupancy, tuple) else float(values[0]), "", lock)
 
     @staticmethod
     def _lock_of(preset, config: Mapping[str, Any]) -> Lock:
