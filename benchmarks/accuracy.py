@@ -3,8 +3,8 @@
 Prints the accuracy table (all rows, frontier, by model / hardware / scenario / round), the
 worst 10 rows and the wall time of the whole accuracy. ``--calibrate`` prints the in-sample fit
 on all frontier rows, its wall time, and every parameter on a bound of its documented range.
-``--operating-points`` (default: the bundled ones) also fits the model's mean TPOT at each run's
-measured occupancy (``infersim.accuracy.oppoints``); ``none`` fits the throughput rows alone.
+``--operating-points bundled`` (or a CSV) also fits the model's mean TPOT at each run's measured
+occupancy (``infersim.accuracy.oppoints``); the default ``none`` fits the throughput rows alone.
 ``--cv`` prints cross-validated (held-out) error: leave one round out, leave one hardware out and
 leave one model out (frontier median / p90), each fold fitted from the documented defaults.
 Nothing is written to the profiles.
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nfev", type=int, default=None, help="optimizer evaluations for --calibrate (default: calibrate's)")
     ap.add_argument("--cv-max-nfev", type=int, default=8, help="optimizer evaluations per CV fold")
     ap.add_argument("--cv-folds", default="round,hardware,model", help="comma-separated: round, hardware, model")
-    ap.add_argument("--operating-points", default="bundled",
+    ap.add_argument("--operating-points", default="none",
                     help="operating points fitted beside the throughput rows: 'bundled' (data/mlperf_operating_points.csv), "
                          "'none', or a CSV path")
     ap.add_argument("--op-weight", type=float, default=None, help="weight of an operating-point residual (default: calibrate's)")

@@ -34,8 +34,16 @@ from .summary import stats
 
 DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
                                        "step_overhead_ms")
-"""Hardware efficiency parameters fitted by default. ``memory_fraction`` (weight streaming) stays
-at its measured default: fitting it lets it absorb errors from elsewhere."""
+"""Hardware efficiency parameters fitted by default (the shipped fit's). ``memory_fraction``
+(weight streaming) stays at its measured default: fitting it lets it absorb errors from elsewhere.
+``PHYSICAL_PARAMETERS`` is the alternative with ``gemm_overlap`` in place of the knee."""
+
+PHYSICAL_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_overlap",
+                                        "step_overhead_ms")
+"""The knee ``gemm_m_half`` held at its documented default (about one small tile) and the slowness
+of decode GEMMs near the ridge point fitted as ``gemm_overlap`` instead, which leaves a batch-1
+GEMM memory-bound at streaming speed. Measured against the shipped set in
+``benchmarks/physical_refit.py``; not the default (held-out p90 worse)."""
 
 ROUND_PARAMETERS: tuple[str, ...] = tuple(ROUND_FACTORS)
 """Per-round preset parameters (software maturity)."""
