@@ -3,11 +3,14 @@
 Prints the accuracy table (all rows, frontier, by model / hardware / scenario / round), the
 worst 10 rows and the wall time of the whole accuracy. ``--calibrate`` prints the in-sample fit
 on all frontier rows, its wall time, and every parameter on a bound of its documented range.
+``--operating-points bundled`` (or a CSV) also fits the model's mean TPOT at each run's measured
+occupancy (``infersim.accuracy.oppoints``); the default ``none`` fits the throughput rows alone.
 ``--cv`` prints cross-validated (held-out) error: leave one round out, leave one hardware out and
 leave one model out (frontier median / p90), each fold fitted from the documented defaults.
 Nothing is written to the profiles.
 
-    python benchmarks/accuracy.py [--data FILE] [--calibrate] [--cv] [--plot FILE.png] [--json FILE]
+    python benchmarks/accuracy.py [--data FILE] [--calibrate] [--cv] [--operating-points bundled|none|FILE]
+                                  [--plot FILE.png] [--json FILE]
 
 Accuracy is measured here, never asserted by timed tests (shared/DESIGN.md, Targets).
 """
@@ -38,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nfev", type=int, default=None, help="optimizer evaluations for --calibrate (default: calibrate's)")
     ap.add_argument("--cv-max-nfev", type=int, default=8, help="optimizer evaluations per CV fold")
     ap.add_argument("--cv-folds", default="round,hardware,model", help="comma-separated: round, hardware, model")
+    ap.add_argument("--operating-points", default="none",
+                    help="operating points fitted beside the throughput rows: 'bundled' (data/mlperf_operating_points.csv), "
+                         "'none', or a CSV path")
+    ap.add_argument("--op-weight", type=float, default=None, help="weight of an operating-point residual (default: calibrate's)")
     args = ap.parse_args(argv)
 
     data = args.data or str(accuracy.bundled_data())
@@ -54,10 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"plot: {accuracy.plot(report, args.plot)}")
     if args.json:
         print(f"json: {accuracy.write_text(args.json, report.to_json())}")
+    ops = {"bundled": True, "none": None}.get(args.operating_points, args.operating_points)
+    op_kw = {"operating_points": ops} | ({} if args.op_weight is None else {"op_weight": args.op_weight})
     if args.calibrate:
         print("\n== calibration on all frontier rows (in-sample) ==")
         t = time.perf_counter()
-        kw = {} if args.max_nfev is None else {"max_nfev": args.max_nfev}
+        kw = dict(op_kw) | ({} if args.max_nfev is None else {"max_nfev": args.max_nfev})
         res = accuracy.calibrate(rows, workers=args.workers, progress=LineProgress(_log), **kw)
         print(res.to_table())
         print(f"calibrate wall time: {time.perf_counter() - t:.1f} s ({res.evaluations} evaluations, "
@@ -67,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== cross-validation (max_nfev {args.cv_max_nfev} per fold) ==")
         t = time.perf_counter()
         cv = accuracy.cross_validate(rows, folds=tuple(args.cv_folds.split(",")), max_nfev=args.cv_max_nfev,
-                                     workers=args.workers, progress=LineProgress(_log))
+                                     workers=args.workers, progress=LineProgress(_log), **op_kw)
         print(accuracy.format_cv(cv))
         for kind, block in cv.items():
             print(f"{kind}: frontier median {block['median_ape']:.1f} %, p90 {block['p90_ape']:.1f} % "

@@ -19,30 +19,14 @@ TTFT + (OSL − 1) × mean TPOT (``scheduler.operating_point``).
 from __future__ import annotations
 
 import csv
-import io
 import math
-import re
 import statistics
 from pathlib import Path
 from typing import Any
 
+from .accuracy.oppoints import (HARDWARE_RULES, REQUIRED, _num, bundled_data, hardware_id, load,  # noqa: F401
+                                model_id)
 from .errors import SpecError
-
-REQUIRED = ("version", "submitter", "system", "benchmark", "scenario", "total_accelerators", "scheduled_samples_per_s",
-            "tokens_per_sample", "tpot_p50_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms")
-
-HARDWARE_RULES = (  # (pattern in the accelerator or system name, hardware profile ID); first match wins
-    (r"GB300", "gb300-nvl72"), (r"GB200", "gb200-nvl72"), (r"B300", "b300"), (r"B200", "b200"),
-    (r"H200[-_ ]?SXM", "h200-sxm"), (r"H100[-_ ]?SXM", "h100-sxm"), (r"H100[-_ ]?PCIe", "h100-pcie"),
-    (r"MI355X", "mi355x"), (r"MI325X", "mi325x"), (r"MI300X", "mi300x"), (r"L40S", "l40s"),
-)
-
-
-def bundled_data() -> Path:
-    """``data/mlperf_operating_points.csv`` (source: shared/reference/mlperf_operating_points.csv)."""
-    from .specs.catalog import bundled_root
-
-    return bundled_root() / "data" / "mlperf_operating_points.csv"
 
 
 def engine_settings_data() -> Path:
@@ -139,49 +123,6 @@ def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict
     if not b_max > 0:
         return None
     return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
-
-
-def hardware_id(cols: dict[str, str]) -> str | None:
-    """Hardware profile ID of a row: its ``hardware`` column, else ``HARDWARE_RULES`` on the
-    accelerator name (a single kind only) and then the system name."""
-    if cols.get("hardware", "").strip():
-        return cols["hardware"].strip()
-    acc = cols.get("accelerator", "")
-    if "," in acc:  # mixed accelerators in one system
-        return None
-    for text in (acc, cols.get("system", "")):
-        for pat, hw in HARDWARE_RULES:
-            if re.search(pat, text, re.I):
-                return hw
-    return None
-
-
-def model_id(benchmark: str) -> str:
-    return re.sub(r"-99(\.9)?$", "", benchmark.strip())
-
-
-def load(path) -> list[dict[str, str]]:
-    """Rows of the CSV as dicts; SpecError names the file and the missing column."""
-    file = str(path)
-    try:
-        text = Path(path).read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise SpecError(f"cannot read file ({exc.strerror})", file=file) from None
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    header = [h.strip() for h in (reader.fieldnames or [])]
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise SpecError(f"missing required column(s) {', '.join(missing)}", file=file, path="header")
-    reader.fieldnames = header
-    return [dict(r) for r in reader]
-
-
-def _num(text) -> float | None:
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
 
 
 class _Systems:

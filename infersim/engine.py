@@ -118,13 +118,15 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
             by_kind["comm"] = by_kind["comm"] + t
             n_kernels = n_kernels + op.count * (np.asarray(op.group) > 1)
         else:
+            overlap = 1.0
             if op.kind == OpKind.GEMM:
                 maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
                 ce = roofline.gemm_efficiency(op.m, c_eff * maturity, eff.gemm_m_half)
+                overlap = eff.gemm_overlap
             else:
                 ce = a_eff if op.kind == OpKind.ATTENTION else c_eff
             t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
-                                          ce, getattr(eff, op.memory_efficiency))
+                                          ce, getattr(eff, op.memory_efficiency), overlap)
             exp_bound = False
             if exp_rate is not None and not (np.isscalar(op.exps) and op.exps == 0):
                 te = roofline.compute_time(op.exps, exp_rate, eff.exp_fraction)

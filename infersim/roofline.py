@@ -2,8 +2,10 @@
 
 time = max(FLOPs / (η_compute · peak), bytes / (η_memory · bandwidth)); the efficiencies are
 hardware-profile data. Small GEMMs lose compute efficiency through tile under-utilisation:
-η(m) = η_compute · m / (m + m_half). Ops that evaluate exponentials (attention's softmax) also
-meet a third roof, exps / (η_compute · exp_rate), added by the step pricing (``engine._price``).
+η(m) = η_compute · m / (m + m_half); GEMMs overlap their load and MMA phases only partly
+(``op_time``'s ``overlap``).
+Ops that evaluate exponentials (attention's softmax) also meet a third roof,
+exps / (η_exp · exp_rate), added by the step pricing (``engine._price``).
 """
 
 from __future__ import annotations
@@ -41,8 +43,17 @@ def memory_time(bytes_moved, bandwidth, efficiency):
     return bytes_moved / (efficiency * bandwidth)
 
 
-def op_time(flops, bytes_moved, flop_rate, bandwidth, compute_efficiency, memory_efficiency):
+def op_time(flops, bytes_moved, flop_rate, bandwidth, compute_efficiency, memory_efficiency, overlap=1.0):
     """Roofline time of one op, seconds, and its compute and memory components.
+
+    Notes
+    -----
+    time = tc + tm − overlap · min(tc, tm): with ``overlap`` = 1 (the default) the ideal roofline
+    max(tc, tm); with less, part of the shorter phase is not hidden behind the longer one. A GEMM
+    kernel overlaps its operand loads with the MMAs in steady state, but a GEMM of a few tiles per
+    SM (decode at moderate batch) spends much of its time in pipeline fill and drain, where they
+    do not overlap; the loss is largest where tc ≈ tm (near the ridge point) and vanishes when
+    either side dominates, so a batch-1 GEMM stays memory-bound at streaming speed.
 
     Returns
     -------
@@ -50,7 +61,9 @@ def op_time(flops, bytes_moved, flop_rate, bandwidth, compute_efficiency, memory
     """
     tc = compute_time(flops, flop_rate, compute_efficiency)
     tm = memory_time(bytes_moved, bandwidth, memory_efficiency)
-    return np.maximum(tc, tm), tc, tm
+    if np.isscalar(overlap) and overlap >= 1.0:
+        return np.maximum(tc, tm), tc, tm
+    return tc + tm - overlap * np.minimum(tc, tm), tc, tm
 
 
 def bound_by(compute_t, memory_t):

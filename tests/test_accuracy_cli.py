@@ -67,3 +67,21 @@ def test_calibrate_one_hardware_writes_only_its_profile(runner, tmp_path):
     assert {p: p.read_bytes() for p in before} == before
     text = (tmp_path / "cal" / "hardware_profiles" / "l40s.yaml").read_text()
     assert "rows: 4" in text and "no rows" not in text
+
+
+def test_calibrate_refuses_an_operating_points_file_without_its_columns(runner, tmp_path):
+    bad = tmp_path / "ops.csv"
+    bad.write_text("version,system\nv5.1,x\n")
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--operating-points", str(bad)])
+    assert result.exit_code == 2 and "missing required column" in result.stderr and "Traceback" not in result.output
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--operating-points", str(tmp_path / "none.csv")])
+    assert result.exit_code == 2
+
+
+def test_calibrate_with_the_bundled_operating_points_reports_them(runner):
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--bundled-operating-points", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    # the operating points of the hardware these rows cover, evaluated at the (unfitted) start values
+    assert d["after"]["op_rows"] > 0 and d["after"]["op_median_ape"] is not None
+    assert {e["hardware"] for e in d["op_errors"]} <= {"h100-sxm", "h200-sxm", "b200", "mi300x"}

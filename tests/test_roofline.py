@@ -153,3 +153,21 @@ def test_collective_time_is_nonnegative_and_monotone_in_payload(hw_id, kind, s1,
     t_lo = float(comm.collective_time(kind, lo, group, hw))
     t_hi = float(comm.collective_time(kind, hi, group, hw))
     assert 0.0 <= t_lo <= t_hi * (1 + 1e-12)
+
+
+def test_partial_overlap_costs_most_near_the_ridge_and_nothing_far_from_it():
+    from infersim.roofline import op_time
+
+    flops = np.array([1e9, 1e12, 1e15])  # memory-bound, at the ridge, compute-bound
+    bytes_moved = 1e9
+    ideal, tc, tm = op_time(flops, bytes_moved, 1e15, 1e12, 1.0, 1.0)
+    assert np.allclose(ideal, np.maximum(tc, tm))
+    none, _, _ = op_time(flops, bytes_moved, 1e15, 1e12, 1.0, 1.0, overlap=0.0)
+    assert np.allclose(none, tc + tm)
+    half, _, _ = op_time(flops, bytes_moved, 1e15, 1e12, 1.0, 1.0, overlap=0.5)
+    assert np.all(ideal <= half) and np.all(half <= none)
+    loss = half / ideal - 1
+    assert loss[1] == pytest.approx(0.5) and loss[0] < 0.001 and loss[2] < 0.001
+    # arrays of overlap broadcast like every other efficiency
+    per_point, _, _ = op_time(flops, bytes_moved, 1e15, 1e12, 1.0, 1.0, overlap=np.array([0.0, 0.5, 1.0]))
+    assert np.allclose(per_point, [none[0], half[1], ideal[2]])

@@ -115,7 +115,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     hardware_ids : test only rows of these hardware (default: all).
     folds : fold kinds, a subset of ``FOLD_KINDS``.
     max_nfev : optimizer evaluations per fold fit.
-    **fit_kwargs : passed to :func:`calibrate` (``parameters``, ``prior_weight`` …).
+    **fit_kwargs : passed to :func:`calibrate` (``parameters``, ``prior_weight``, ``operating_points`` …);
+        a fold fits only the operating points outside its held-out round, hardware or model.
 
     Returns
     -------
@@ -131,6 +132,9 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     rows = as_rows(rows)
     prog = progress or Progress()
     names = tuple(fit_kwargs.get("parameters") or DEFAULT_PARAMETERS)
+    from .fit import _op_rows
+
+    ops = _op_rows(fit_kwargs.pop("operating_points", None), presets_dir)
     everything, _ = fit_rows(rows, hardware_ids, presets_dir)
     with runner_for(runner, presets_dir, workers, len(everything) * 8) as run:
         out: dict[str, Any] = {}
@@ -148,6 +152,7 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                     continue
                 train = [r for r in rows if getattr(r, attr) != name]
                 res = calibrate(train, fit_rounds=fit_rounds, transfer=False, min_rows=min_rows, max_nfev=max_nfev,
+                                operating_points=[o for o in ops if getattr(o, attr) != name],
                                 presets_dir=presets_dir, runner=run, start="default", progress=prog,
                                 phase=f"cv {kind}: leave out {name} ({len(test)} rows)", **fit_kwargs)
                 items = _held_out(run, res, test, names)

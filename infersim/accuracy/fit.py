@@ -1,6 +1,7 @@
 """The fit: named, physically bounded parameters fitted to published frontier rows.
 
-Residual per frontier row i: r_i = log(pred_i(θ) / published_i), plus a weak prior
+Residual per frontier row i: r_i = log(pred_i(θ) / published_i); per measured operating point j
+(``oppoints``, optional): w_op · log(TPOT_j(θ) at the measured occupancy / measured TPOT_j); plus a weak prior
 ``prior_weight · (x_j − x_prior_j)`` per parameter, with x the parameter scaled to [0, 1] over its
 documented range (``params``). Minimised by ``scipy.optimize.least_squares`` (trf, soft_l1 loss)
 with a finite-difference Jacobian whose sparsity pattern (a row depends only on its own
@@ -27,13 +28,22 @@ from .params import (HARDWARE_RANGES, ROUND_FACTORS, Parameter, bound_findings, 
 from .params import round_parameters as _round_params
 from .progress import Progress
 from .result import CalibrationResult
+from .oppoints import OpRow, load_op_rows, usable
 from .runner import Lock, Runner, Values, runner_for
 from .summary import stats
 
 DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
                                        "step_overhead_ms")
-"""Hardware efficiency parameters fitted by default. ``memory_fraction`` (weight streaming) stays
-at its measured default: fitting it lets it absorb errors from elsewhere."""
+"""Hardware efficiency parameters fitted by default (the shipped fit's). ``memory_fraction``
+(weight streaming) stays at its measured default: fitting it lets it absorb errors from elsewhere.
+``PHYSICAL_PARAMETERS`` is the alternative with ``gemm_overlap`` in place of the knee."""
+
+PHYSICAL_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_overlap",
+                                        "step_overhead_ms")
+"""The knee ``gemm_m_half`` held at its documented default (about one small tile) and the slowness
+of decode GEMMs near the ridge point fitted as ``gemm_overlap`` instead, which leaves a batch-1
+GEMM memory-bound at streaming speed. Measured against the shipped set in
+``benchmarks/physical_refit.py``; not the default (held-out p90 worse)."""
 
 ROUND_PARAMETERS: tuple[str, ...] = tuple(ROUND_FACTORS)
 """Per-round preset parameters (software maturity)."""
@@ -43,6 +53,10 @@ INFEASIBLE_RESIDUAL = -3.0
 
 REPIN_FRACTION = 0.05
 """The fit continues with re-pinned choices when the full search changed them for more rows than this."""
+
+OP_SEARCH = Lock((), ("disagg",), 0, None)
+"""Choices of an operating point's configuration: the capacity-best aggregated one (as ``infersim
+validate --at-load``): its layout and transforms are then pinned for the fit."""
 
 SIGNIFICANT_DIGITS = 4
 """Fitted values are rounded to this many significant digits before they are reported or written."""
@@ -123,7 +137,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
               start: Literal["current", "default"] = "current", cv: bool = False, cv_max_nfev: int = 8,
               cv_folds: Sequence[str] | None = None, presets_dir: str | os.PathLike | None = None,
               progress: Progress | None = None, workers: int | None = None, transfer: bool = True,
-              runner: Runner | None = None, phase: str = "fit") -> CalibrationResult:
+              runner: Runner | None = None, phase: str = "fit",
+              operating_points: Sequence[OpRow] | str | os.PathLike | bool | None = None, op_weight: float = 1.0
+              ) -> CalibrationResult:
     """Fit hardware efficiencies (and round maturities) to the frontier rows of ``rows``.
 
     Parameters
@@ -153,6 +169,11 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     workers : processes for predictions (default: one per CPU, at most 4).
     transfer : give every hardware without enough rows the fleet prior (``transfer_prior``);
         only for a fit over all hardware.
+    operating_points : measured operating points also fitted (``oppoints``): a list of ``OpRow``,
+        a CSV path, True (the bundled data) or None/False (throughput rows only). Each adds
+        ``op_weight · log(model mean TPOT at the measured occupancy / measured mean TPOT)``, the
+        configuration pinned to the capacity-best aggregated one at the start values.
+    op_weight : weight of an operating-point residual relative to a throughput row's.
 
     Returns
     -------
@@ -173,6 +194,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     names_r = tuple(round_parameters) if fit_rounds else ()
     check_names(parameters, names_r)
     fit, excluded = fit_rows(rows, scope, presets_dir)
+    ops = _op_rows(operating_points, presets_dir)
     with runner_for(runner, presets_dir, workers, len(fit) * 8) as run:
         hw_ids = sorted({fr.key.hardware for fr in fit})
         rounds_all = sorted({fr.key.preset for fr in fit}, key=version_key)
@@ -195,6 +217,32 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         base_values = {fr.key: o.value for fr, o in zip(fit, first) if o.value is not None}
         fit = keep
         published = np.array([fr.row.tokens_per_s for fr in fit])
+        fitted_keys_hw = set(hw_ids)
+        ops = [o for o in ops if o.hardware in fitted_keys_hw and (scope is None or o.hardware in scope)]
+        op_locks = {o.key: out.lock for o, out in zip(ops, run.predict_many(
+            [(o.key, _vals(base_hw[o.hardware]) if o.hardware in base_hw else (), _vals(base_rnd.get(o.key.preset, {})),
+              OP_SEARCH) for o in ops]))}
+        ops = [o for o in ops if op_locks.get(o.key) is not None and o.key.preset in base_rnd]
+        op_measured = np.array([o.tpot_mean_s for o in ops])
+
+        def op_eval(hw, rnd) -> list[float | None]:
+            """Model mean TPOT per operating point; one evaluation per key over all its occupancies."""
+            groups: dict[PredictionKey, list[int]] = {}
+            for i, o in enumerate(ops):
+                groups.setdefault(o.key, []).append(i)
+            tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k],
+                       tuple(ops[i].occupancy for i in idx)) for k, idx in groups.items()]
+            out: list[float | None] = [None] * len(ops)
+            for idx, res in zip(groups.values(), run.predict_many(tasks_)):
+                for i, v in zip(idx, res.value or (None,) * len(idx)):
+                    out[i] = v
+            return out
+
+        op_first = op_eval(base_hw, base_rnd)
+        keep_ops = [i for i, v in enumerate(op_first) if v is not None]
+        ops = [ops[i] for i in keep_ops]
+        op_measured = op_measured[keep_ops]
+        op_before = stats([abs(op_first[i] / op_measured[n] - 1) * 100 for n, i in enumerate(keep_ops)])
         before = stats([abs(base_values[fr.key] / fr.row.tokens_per_s - 1) * 100 for fr in fit])
 
         # owners with enough rows
@@ -257,18 +305,21 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             values = [o.value for o in outs]
             prog.advance(_median_ape(values, published))
             r = np.array([math.log(v / p) if v is not None else INFEASIBLE_RESIDUAL for v, p in zip(values, published)])
-            return np.concatenate([r, prior_weight * (x - xp)])
+            t_op = op_eval(hw, rnd)
+            r_op = np.array([op_weight * (math.log(v / m) if v is not None else -INFEASIBLE_RESIDUAL)
+                             for v, m in zip(t_op, op_measured)])
+            return np.concatenate([r, r_op, prior_weight * (x - xp)])
 
         message = "no free parameters"
         x = x0.copy()
         if params and fit:
-            sparsity = np.zeros((len(fit) + len(params), len(params)), dtype=bool)
+            n_res = len(fit) + len(ops)
+            sparsity = np.zeros((n_res + len(params), len(params)), dtype=bool)
             reach = step_support(params, reference) if reference else {}
-            for i, fr in enumerate(fit):
+            for i, key in enumerate([fr.key for fr in fit] + [o.key for o in ops]):
                 for j, p in enumerate(params):
-                    sparsity[i, j] = (p.owner == fr.key.hardware) if p.kind == "hardware" else \
-                        (fr.key.preset in reach[j])
-            sparsity[len(fit):, :] = np.eye(len(params), dtype=bool)
+                    sparsity[i, j] = (p.owner == key.hardware) if p.kind == "hardware" else (key.preset in reach[j])
+            sparsity[n_res:, :] = np.eye(len(params), dtype=bool)
             for outer in range(2 if pin_choices else 1):
                 budget = max_nfev if outer == 0 else max(1, max_nfev // 2)
                 prog.start(f"{phase}: {len(params)} parameters on {len(fit)} frontier rows (pass {outer + 1})",
@@ -282,9 +333,14 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     break
                 hw, rnd = values_of(x)
                 new = {fr.key: o.lock for fr, o in zip(fit, run.predict_many(tasks(hw, rnd)))}
-                if sum(new[k] != locks.get(k) for k in new) <= REPIN_FRACTION * len(new):
+                new_op = {o.key: out.lock for o, out in zip(ops, run.predict_many(
+                    [(o.key, _vals(hw[o.hardware]), _vals(rnd[o.key.preset]), OP_SEARCH) for o in ops]))}
+                new_op = {k: v if v is not None else op_locks[k] for k, v in new_op.items()}
+                changed = sum(new[k] != locks.get(k) for k in new) + sum(new_op[k] != op_locks[k] for k in new_op)
+                if changed <= REPIN_FRACTION * (len(new) + len(new_op)):
                     break
                 locks = new
+                op_locks.update(new_op)
 
         hw, rnd = values_of(x)
         fitted_hw = {params[j].owner for j in hw_idx}
@@ -298,6 +354,10 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         prog.start(f"{phase}: final full search", len(fit))
         after_values = [o.value for o in run.predict_many(tasks(hw, rnd))]
         after = stats([abs(v / fr.row.tokens_per_s - 1) * 100 for fr, v in zip(fit, after_values) if v is not None])
+        final_op = run.predict_many([(o.key, _vals(hw[o.hardware]), _vals(rnd[o.key.preset]), OP_SEARCH) for o in ops])
+        op_locks.update({o.key: out.lock for o, out in zip(ops, final_op) if out.lock is not None})
+        op_after_values = op_eval(hw, rnd)
+        op_after = stats([abs(v / m - 1) * 100 for v, m in zip(op_after_values, op_measured) if v is not None])
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
         if names_r:
@@ -330,13 +390,20 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         result = CalibrationResult(
             hardware=hardware_out, presets=presets_out, initial=initial, defaults=defaults, parameters=labels,
             skipped=skipped, reference_round=reference, rows=len(fit), excluded=excluded,
-            before={"median_ape": before[0], "p90_ape": before[1]}, after={"median_ape": after[0], "p90_ape": after[1]},
+            before={"median_ape": before[0], "p90_ape": before[1], "op_rows": len(ops), "op_median_ape": op_before[0],
+                    "op_p90_ape": op_before[1]},
+            after={"median_ape": after[0], "p90_ape": after[1], "op_rows": len(ops), "op_median_ape": op_after[0],
+                   "op_p90_ape": op_after[1]},
             by_owner=by_owner, row_errors=row_errors, data=data, date=_dt.date.today().isoformat(),
             seconds=time.perf_counter() - t0, evaluations=n_eval, predictions=run.calls, message=message,
             findings=findings, notes=notes, presets_dir=str(presets_dir) if presets_dir is not None else None,
             scope=scope, hardware_files={h: str(catalog.resolve("hardware", h)) for h in hardware_out
                                          if h not in run.hardware_override})
         result.round_values = {r: dict(rnd[r]) for r in rounds_all}
+        result.op_errors = [{"version": o.version, "hardware": o.hardware, "model": o.model, "scenario": o.scenario,
+                             "submitter": o.submitter, "system": o.system, "occupancy": o.occupancy,
+                             "tpot_mean_ms": o.tpot_mean_s * 1e3, "predicted_ms": None if v is None else v * 1e3}
+                            for o, v in zip(ops, op_after_values)]
         result.hardware_values = {h: dict(hw[h]) for h in hw_ids}
         if transfer and hardware_out:
             from .cv import transfer_prior
@@ -354,10 +421,22 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             from .cv import FOLD_KINDS, cross_validate
 
             result.cv = cross_validate(rows, folds=tuple(cv_folds or FOLD_KINDS), fit_rounds=fit_rounds,
+                                       operating_points=operating_points, op_weight=op_weight,
                                        parameters=parameters, min_rows=min_rows, max_nfev=cv_max_nfev,
                                        prior_weight=prior_weight, f_scale=f_scale, diff_step=diff_step,
                                        pin_choices=pin_choices, presets_dir=presets_dir, progress=prog, runner=run)
         return result
+
+
+def _op_rows(spec, presets_dir) -> list[OpRow]:
+    """Operating points to fit from ``calibrate``'s ``operating_points`` argument."""
+    if spec is None or spec is False:
+        return []
+    if spec is True:
+        return usable(load_op_rows(None, presets_dir))
+    if isinstance(spec, (str, os.PathLike)):
+        return usable(load_op_rows(spec, presets_dir))
+    return list(spec)
 
 
 def _all_rounds(presets_dir) -> list[str]:

@@ -51,14 +51,27 @@ HARDWARE_RANGES: dict[str, Range] = {
     "gemm_m_half": Range(
         0.0, 1024.0, "GEMM rows (tokens)",
         "rows at which small-M GEMM efficiency halves; 0 = no penalty, one 128-256-row tile is the "
-        "physical scale; the upper end (several tiles) is wider than physical until GEMM time comes from "
-        "tile quantisation"),
+        "physical scale; the upper end (several tiles) is wider than physical: above the fp8 ridge point "
+        "(~150-250 rows) it makes a batch-1 GEMM compute-bound, which weight-streaming kernels are not"),
+    "gemm_overlap": Range(
+        0.0, 1.0, "share of the shorter GEMM phase hidden",
+        "1 = ideal roofline (loads fully hidden behind MMAs or vice versa); 0 = no overlap (a kernel that "
+        "loads, then computes). Multistage TMA/cp.async pipelines overlap them in steady state; a decode "
+        "GEMM of one or two waves spends a large share of its time filling and draining the pipeline"),
     "step_overhead_ms": Range(
         0.0, 5.0, "ms per engine step",
         "scheduler, sampling and host synchronisation per step; CUDA graphs cut batch-1 steps 7x "
-        "(effects.md section 6), leaving about a millisecond; 5 ms is a generous ceiling"),
+        "(effects.md section 6), leaving about a millisecond; 5 ms is a generous ceiling (PHYSICAL_STEP_OVERHEAD "
+        "is the physical one)"),
 }
 """Physical range of each hardware efficiency parameter calibrate may fit."""
+
+PHYSICAL_STEP_OVERHEAD = Range(
+    0.0, 1.5, "ms per engine step",
+    "scheduler, sampling and host synchronisation per step beside the per-response streaming term (presets' "
+    "engine blocks); CUDA graphs cut batch-1 steps 7x (effects.md section 6), leaving about a millisecond")
+"""The host-overhead range of the physical refit (``benchmarks/physical_refit.py``); the shipped
+fit's values (2-4 ms) lie above it."""
 
 
 @dataclass(frozen=True)

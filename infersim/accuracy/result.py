@@ -73,6 +73,8 @@ class CalibrationResult:
     """Hardware without enough rows: values from the fleet prior (see ``transfer_prior``)."""
     transfer_reasons: dict[str, str] = field(default_factory=dict)
     """Why each transferred hardware has no fit of its own."""
+    op_errors: list[dict[str, Any]] = field(default_factory=list)
+    """Per fitted operating point: measured occupancy and mean TPOT, the model's TPOT there after the fit."""
 
     def owner_findings(self, owner: str) -> list[str]:
         """Finding texts about one hardware ID or round."""
@@ -88,7 +90,7 @@ class CalibrationResult:
             "predictions": self.predictions, "message": self.message, "transferred": self.transferred,
             "excluded": [{"version": r.version, "hardware": r.hardware, "model": r.model, "scenario": r.scenario,
                           "accelerators": r.accelerators, "reason": why} for r, why in self.excluded],
-            "cv": self.cv, "row_errors": self.row_errors,
+            "cv": self.cv, "row_errors": self.row_errors, "op_errors": self.op_errors,
         }
 
     def to_table(self) -> str:
@@ -98,7 +100,12 @@ class CalibrationResult:
         lines = [f"data: {self.data}   frontier rows fitted: {self.rows}   parameters: {len(self.parameters)}   "
                  f"time: {self.seconds:.1f} s ({self.evaluations} evaluations, {self.predictions} predictions)",
                  f"fit median APE {f(self.before['median_ape'])} % -> {f(self.after['median_ape'])} %, "
-                 f"p90 {f(self.before['p90_ape'])} % -> {f(self.after['p90_ape'])} %   ({self.message})", ""]
+                 f"p90 {f(self.before['p90_ape'])} % -> {f(self.after['p90_ape'])} %   ({self.message})"]
+        if self.after.get("op_rows"):
+            lines.append(f"operating points ({self.after['op_rows']}): mean TPOT at the measured occupancy, median APE "
+                         f"{f(self.before.get('op_median_ape'))} % -> {f(self.after.get('op_median_ape'))} %, p90 "
+                         f"{f(self.before.get('op_p90_ape'))} % -> {f(self.after.get('op_p90_ape'))} %")
+        lines.append("")
         lines.append(f"{'parameter':<40}{'default':>10}{'initial':>10}{'fitted':>10}")
         for owner, vals in {**self.hardware, **self.presets}.items():
             for name, v in vals.items():

@@ -105,13 +105,21 @@ class Runner:
 
     # ---- one prediction -----------------------------------------------------------------------
     def predict(self, key: PredictionKey, hw_values: Values = (), round_values: Values = (),
-                lock: Lock | None = None) -> Outcome:
-        """Tokens/s of ``key`` under trial values (cached); failures become reasons."""
-        ckey = (key, hw_values, round_values, lock)
+                lock: Lock | None = None, occupancy: float | tuple[float, ...] | None = None) -> Outcome:
+        """Tokens/s of ``key`` under trial values (cached); failures become reasons.
+
+        With ``occupancy`` (mean sequences in flight over the whole system, or a tuple of them) and
+        a ``lock`` with a layout: the mean time per output token, seconds (a tuple for a tuple), of
+        that pinned aggregated configuration at that occupancy instead (``tpot_at``)."""
+        ckey = (key, hw_values, round_values, lock, occupancy)
         hit = self.cache.get(ckey)
         if hit is not None:
             return hit
         self.calls += 1
+        if occupancy is not None:
+            out = self.tpot_at(key, hw_values, round_values, lock, occupancy)
+            self.cache[ckey] = out
+            return out
         out = self._predict(key, hw_values, round_values, lock)
         if lock is not None and out.value is None and out.reason.startswith("bad input"):
             out = self._predict(key, hw_values, round_values, None)  # pinned choices refused: search them
@@ -144,6 +152,53 @@ class Runner:
         if not math.isfinite(value) or value <= 0:
             return Outcome(None, f"internal error: non-positive prediction {value!r}", None)
         return Outcome(value, "", self._lock_of(preset, pred.config))
+
+    def tpot_at(self, key: PredictionKey, hw_values: Values, round_values: Values, lock: Lock | None,
+                occupancy: float | tuple[float, ...]) -> Outcome:
+        """Mean TPOT (seconds) of the configuration ``lock`` pins, at ``occupancy`` sequences in
+        flight over the system (spread evenly over its instances): ``scheduler.server`` at the
+        per-instance occupancy, no search; a tuple of occupancies is one array evaluation and gives
+        a tuple. ``lock`` must name an aggregated layout."""
+        import numpy as np
+
+        from .. import api
+        from .. import optimizations as opt
+        from ..graph import Layout
+        from ..parallel import replicas
+        from ..query import Query
+        from ..scheduler import server
+        from ..serving import WorkloadStats
+
+        if lock is None or lock.layout is None:
+            return Outcome(None, "bad input: an operating point needs a pinned aggregated layout", None)
+        tp, pp, ep, dp = lock.layout
+        kwargs: dict[str, Any] = {"enable": list(lock.enable), "disable": list(lock.disable)}
+        if lock.mtp_depth and "mtp" in lock.enable:
+            kwargs["params"] = {"mtp": {"depth": lock.mtp_depth}}
+        try:
+            inputs = self.inputs(key, hw_values)
+            query = Query.build(key.hardware, key.model, key.scenario, key.accelerators, round=key.preset,
+                                inputs=inputs, preset=self.preset(key.preset, round_values), tp=tp, pp=pp, ep=ep, dp=dp,
+                                **kwargs)
+            variants = [v for v in api.selection(query).variants()]
+            if len(variants) != 1:
+                return Outcome(None, f"bad input: the lock leaves {len(variants)} optimization variants", None)
+            plan = opt.apply_all(api.base_plan(query.inputs, query.software, query.layout), variants[0])
+            lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
+            n_inst = int(replicas(lay, key.accelerators, plan.hardware.scale_up.domain_size))
+            if n_inst < 1:
+                return Outcome(None, "bad input: the pinned layout does not fit the accelerators", None)
+            stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
+            occ = np.atleast_1d(np.asarray(occupancy, dtype=float))
+            res = server(plan, lay, occ / n_inst, stats, 99.0, key.accelerators / (tp * pp))
+            values = np.broadcast_to(np.asarray(res.tpot_mean, dtype=float), occ.shape)
+        except SpecError as exc:
+            return Outcome(None, f"bad input: {exc}", None)
+        except Exception as exc:  # a model failure on one row must not hide the others; it is reported
+            return Outcome(None, f"internal error: {type(exc).__name__}: {exc}", None)
+        if not np.all(np.isfinite(values) & (values > 0)):
+            return Outcome(None, f"internal error: non-positive TPOT {values.tolist()!r}", None)
+        return Outcome(tuple(float(v) for v in values) if isinstance(occupancy, tuple) else float(values[0]), "", lock)
 
     @staticmethod
     def _lock_of(preset, config: Mapping[str, Any]) -> Lock:
@@ -180,7 +235,7 @@ class Runner:
 
     @staticmethod
     def _ckey(task: tuple) -> tuple:
-        return tuple(task) + ((), (), None)[len(task) - 1:]
+        return tuple(task) + ((), (), None, None)[len(task) - 1:]
 
     def start_pool(self, workers: int) -> None:
         """Predict uncached keys in ``workers`` forked processes (no-op for 1 or without fork)."""

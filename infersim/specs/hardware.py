@@ -244,6 +244,10 @@ class EfficiencySpec(Spec):
     gemm_m_half: NonNegativeFloat = Field(default=32.0, le=1e6)
     """GEMM rows (tokens) at which compute efficiency falls to half of compute_fraction; models
     tile under-utilisation of small-M GEMMs: eff(m) = compute_fraction * m / (m + gemm_m_half)."""
+    gemm_overlap: float = Field(default=1.0, ge=0, le=1)
+    """Share of the shorter of a GEMM's operand-load and MMA times hidden behind the longer one:
+    GEMM time = tc + tm − gemm_overlap·min(tc, tm); 1 = the ideal roofline max(tc, tm). Pipeline
+    fill and drain of a GEMM with few tiles per SM do not overlap."""
     comm_fraction: float = Field(default=0.8, gt=0, le=1)
     """Achievable fraction of link bandwidth in collectives (NCCL ring bus bandwidth / spec)."""
     launch_overhead_us: NonNegativeFloat = Field(default=4.0, le=1e4)
@@ -263,6 +267,7 @@ CALIBRATABLE_EFFICIENCY: tuple[str, ...] = (
     "kv_memory_fraction",
     "attention_fraction",
     "gemm_m_half",
+    "gemm_overlap",
     "step_overhead_ms",
 )
 
