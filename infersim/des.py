@@ -485,5 +485,5 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                      tpot_p50=float(np.median(tpot)), occupancy=occ_area / span, tokens_per_s=tokens_out / span,
                      iteration_mean=it_time_sum / max(it_count, 1), gate_iters=float(np.mean(gaps)) if gaps else 1.0,
                      busiest_prompt_tokens=float(np.mean(big_tokens)) if big_tokens else 0.0,
-                     slot_wait_share=float(slot_wait[sel].mean()), budget_spill_share=n_spill / max(n_adm_iters, 1),
+                     slot_wait_share=float(slot_wait[sel].mean()) if sel.any() else float('nan'), budget_spill_share=n_spill / max(n_adm_iters, 1),
                      blocked=bool(blocked), n_requests=int(sel.sum()), wall_s=time.perf_counter() - t0)

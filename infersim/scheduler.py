@@ -689,7 +689,7 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
         c, d = cdf_pdf(t)
         below = c < q
         lo, up = np.where(below, t, lo), np.where(below, up, t)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a flat CDF: bisection takes over
             newton = t - (c - q) / d
         t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
     return [t[i] for i in range(len(qs))]
