@@ -125,6 +125,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 overlap = eff.gemm_overlap
             else:
                 ce = a_eff if op.kind == OpKind.ATTENTION else c_eff
+                own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
+                if own is not None:  # the op's own efficiency field, where the profile sets it
+                    ce = own * plan.kernel_efficiency
             t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
                                           ce, getattr(eff, op.memory_efficiency), overlap)
             exp_bound = False

@@ -61,6 +61,10 @@ class Op:
     """Which block the op belongs to (attention, mlp, moe, head), for breakdowns."""
     memory_efficiency: str = "memory_fraction"
     """Name of the hardware efficiency field that scales this op's bandwidth (data, not a branch)."""
+    compute_efficiency: str = ""
+    """Name of the hardware efficiency field that scales this non-GEMM op's FLOP rate; empty, or a
+    field the profile leaves None: by kind (``attention_fraction`` for attention,
+    ``compute_fraction`` otherwise)."""
     exps: ArrayLike = 0.0
     """Exponentials the op evaluates on the special-function unit: an attention kernel's softmax
     takes one per query-key score per head (FlashAttention; arXiv 2407.08608 section 1)."""
@@ -306,7 +310,9 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     replication). Prefill: K/V up-projected, core FLOPs 2·pairs·H·(qk_dim + v_dim). Decode
     (absorbed W_UK/W_UV): core FLOPs 2·pairs·H·(2·kv_lora + rope), plus per-token absorption
     GEMMs 2·H·nope·kv_lora and 2·H·kv_lora·v. Both forms take one softmax exponential per
-    query-key pair per head.
+    query-key pair per head. The absorbed decode core runs at ``efficiency.mla_decode_fraction`` of
+    peak where the profile sets it (its own kernels, FlashMLA-class: with all heads of a token
+    sharing one latent it is compute-bound, ≈2·H FLOPs per KV byte), else at ``attention_fraction``.
     References: DeepSeek-V2 (arXiv 2405.04434) section 2.1; DeepSeek-V3 config.
     """
     h, H = model.hidden_size, att.n_heads
@@ -335,7 +341,8 @@ def mla_attention_ops(model: ModelSpec, att: MlaAttention, shape: Shape, layout:
     pre_scores = heads * pre * _rank_imbalance(shape, layout) / layout.dp
     ops.append(Op("attention_decode", OpKind.ATTENTION, layers, flops=2.0 * dec_scores * (2 * r + rope),
                   bytes=kv_read + td * latent + 2 * td * heads * (r + rope) * HIDDEN_BYTES, precision=fmt.decode_attention,
-                  block="attention", memory_efficiency="kv_memory_fraction", exps=dec_scores))
+                  block="attention", memory_efficiency="kv_memory_fraction",
+                  compute_efficiency="mla_decode_fraction", exps=dec_scores))
     ops.append(Op("attention_prefill", OpKind.ATTENTION, layers, flops=2.0 * pre_scores * (nope + rope + vd),
                   bytes=tp_ * latent + 2 * tp_ * heads * (nope + rope + vd) * HIDDEN_BYTES,
                   precision=fmt.attention, block="attention", exps=pre_scores))

@@ -288,3 +288,70 @@ def test_mla_attention_takes_one_exp_per_score_per_head():
     assert float(ops["attention_decode"].flops) == pytest.approx(2176 * float(ops["attention_decode"].exps), rel=1e-12)
     # 8 decode sequences × 2048 context × 128 heads / 8 ranks
     assert float(ops["attention_decode"].exps) == pytest.approx(8 * 2048 * 16)
+
+
+def _with_efficiency(hw, **fields):
+    return hw.model_copy(update={"efficiency": hw.efficiency.model_copy(update=fields)})
+
+
+def test_only_the_mla_decode_op_names_mla_decode_fraction():
+    shape = Shape(decode_seqs=8, decode_ctx=2048, prefill_seqs=1, prefill_len=4096, prefill_len_sq=4096 ** 2)
+    for model_id, layout in (("deepseek-r1", Layout(tp=8, ep=8)), ("llama3.1-8b", Layout()), ("gpt-oss-120b", Layout())):
+        plan = Plan(hardware=B200, model=S.model(model_id), formats=BF16)
+        named = [op.name for op in stage_graph(plan, layout, shape).ops if op.compute_efficiency]
+        assert named == (["attention_decode"] if model_id == "deepseek-r1" else []), model_id
+    ops = {op.name: op for op in stage_graph(Plan(hardware=B200, model=S.model("deepseek-r1"), formats=BF16),
+                                             Layout(tp=8, ep=8), shape).ops}
+    assert ops["attention_decode"].compute_efficiency == "mla_decode_fraction"
+
+
+def test_mla_decode_attention_runs_at_mla_decode_fraction_and_prefill_at_attention_fraction():
+    # absorbed MLA decode with an fp8 latent: 2176 FLOPs per score x 128 heads against 576 B per token,
+    # 484 FLOP/B above B200's ridge 0.6 x 2250 / (0.5 x 8) = 338, so the core is compute-bound and
+    # its time is 1/mla_decode_fraction
+    hw = B200_NO_EXP
+    plan = Plan(hardware=hw, model=S.model("deepseek-r1"), formats=Formats("bf16", "bf16", "fp8"))
+    shape = Shape(decode_seqs=64, decode_ctx=4096, prefill_seqs=1, prefill_len=4096, prefill_len_sq=4096 ** 2)
+    layout = Layout(tp=8, ep=8, dp=8)
+
+    def times(**fields):
+        cost = step_cost(replace(plan, hardware=_with_efficiency(hw, **fields)), layout, shape, detail=True)
+        assert cost.op_info["attention_decode"][1] == "compute"
+        return float(cost.by_op["attention_decode"]), float(cost.by_op["attention_prefill"])
+
+    dec, pre = times(mla_decode_fraction=0.6, attention_fraction=0.3)
+    dec2, pre2 = times(mla_decode_fraction=0.3, attention_fraction=0.3)
+    dec3, pre3 = times(mla_decode_fraction=0.6, attention_fraction=0.15)
+    assert dec2 == pytest.approx(2 * dec, rel=1e-12) and pre2 == pre
+    assert dec3 == dec and pre3 == pytest.approx(2 * pre, rel=1e-12)
+    # kernel maturity scales it like every other compute op
+    slow = step_cost(replace(plan, hardware=_with_efficiency(hw, mla_decode_fraction=0.6), kernel_efficiency=0.5),
+                     layout, shape, detail=True)
+    assert float(slow.by_op["attention_decode"]) == pytest.approx(2 * dec, rel=1e-12)
+
+
+@pytest.mark.parametrize("model_id", ["llama3.1-8b", "gpt-oss-120b"])
+def test_gqa_model_is_unchanged_bit_for_bit_by_mla_decode_fraction(model_id):
+    plan = Plan(hardware=B200, model=S.model(model_id), formats=BF16)
+    shape = Shape(decode_seqs=np.array([1.0, 64.0]), decode_ctx=np.array([1024.0, 8192.0]), prefill_seqs=1,
+                  prefill_len=2048, prefill_len_sq=2048 ** 2)
+    a = step_cost(plan, Layout(), shape)
+    for v in (0.3, 0.9):
+        b = step_cost(replace(plan, hardware=_with_efficiency(B200, mla_decode_fraction=v)), Layout(), shape)
+        for k, x in _fields(a).items():
+            assert np.array_equal(x, _fields(b)[k]), k
+
+
+def test_unset_mla_decode_fraction_falls_back_to_attention_fraction_bit_for_bit():
+    plan = Plan(hardware=B200, model=S.model("deepseek-r1"), formats=BF16)
+    shape = Shape(decode_seqs=np.array([8.0, 256.0]), decode_ctx=np.array([2048.0, 8192.0]), prefill_seqs=1,
+                  prefill_len=4096, prefill_len_sq=4096 ** 2)
+    assert B200.efficiency.mla_decode_fraction is None
+    unset = step_cost(plan, Layout(tp=8, ep=8, dp=8), shape)
+    same = step_cost(replace(plan, hardware=_with_efficiency(B200, mla_decode_fraction=B200.efficiency.attention_fraction)),
+                     Layout(tp=8, ep=8, dp=8), shape)
+    # attention DP: 128 heads per rank on one bf16 latent; at 0.15 of peak the core is compute-bound
+    other = step_cost(replace(plan, hardware=_with_efficiency(B200, mla_decode_fraction=0.15)), Layout(tp=8, ep=8, dp=8), shape)
+    for k, x in _fields(unset).items():
+        assert np.array_equal(x, _fields(same)[k]), k
+    assert np.all(other.total > unset.total)

@@ -339,3 +339,18 @@ def test_exp_rate_is_optional_and_needs_its_source(tmp_dir):
     assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).compute.exp_rate is None
     data["compute"]["exp_rate_source"] = "a source without a rate"
     _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "compute")
+
+
+@pytest.mark.parametrize("value", [0, -0.2, 1.5, "fast", [0.5]])
+def test_mla_decode_fraction_out_of_range_is_spec_error(value, tmp_dir):
+    data = copy.deepcopy(_BASE_DATA["hardware"])
+    data.setdefault("efficiency", {})["mla_decode_fraction"] = value
+    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "efficiency.mla_decode_fraction")
+
+
+def test_mla_decode_fraction_is_optional_and_loads(tmp_dir):
+    data = copy.deepcopy(_BASE_DATA["hardware"])
+    data.setdefault("efficiency", {}).pop("mla_decode_fraction", None)
+    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction is None
+    data["efficiency"]["mla_decode_fraction"] = 0.45
+    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction == 0.45

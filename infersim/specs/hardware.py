@@ -231,6 +231,17 @@ class EfficiencySpec(Spec):
     (scattered blocks; measured 42 % paged / 57 % contiguous K/V on H100, mikamirai.com 2026-03)."""
     attention_fraction: float = Field(default=0.5, gt=0, le=1)
     """Achievable fraction of dense peak in attention kernels (FlashAttention-class prefill)."""
+    mla_decode_fraction: float | None = Field(default=None, gt=0, le=1)
+    """Achievable fraction of dense peak in absorbed multi-head-latent-attention decode kernels
+    (only the MLA decode attention op reads it; every other attention op uses
+    ``attention_fraction``). None: the MLA decode op runs at ``attention_fraction`` too.
+    Physical range 0.3-0.9: FlashMLA reaches 660 TFLOPS BF16 compute-bound on H800 SXM5, 0.67 of
+    its 989 TFLOPS dense peak (0.76 of the ~865 TFLOPS it sustains when clocks throttle to ~1.6 GHz;
+    the earlier release 580 TFLOPS = 0.59) (deepseek-ai/FlashMLA README, update 2025-04-22, and
+    docs/20250422-new-kernel-deep-dive.md). The kernel is compute-bound because the 128 query heads
+    of a token share one 576-wide latent: about 2·H FLOPs per KV byte. Not a default: at 0.67 on
+    every profile DeepSeek-R1's median error on the MLPerf rows rises from 18 % to 30 % (predicted
+    too fast), and a refit with it free puts it at 0.21-0.47 on B200/B300/GB200/GB300."""
     exp_fraction: float = Field(default=0.71, gt=0, le=1)
     """Achievable fraction of ``compute.exp_rate_tera_per_s`` in attention kernels (softmax
     exponentials on the special-function unit, plus the share a kernel emulates on the FMA units).
