@@ -548,8 +548,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
         # iteration (mean overshoot of a renewal sum past a level, E[ISL²]/(2·E[ISL]))
-        cap_c = cap
-        cap = np.where(gated, cap + stats.isl_sq / (2.0 * stats.isl_mean), cap)
+        cap_c, ov = cap, stats.isl_sq / (2.0 * stats.isl_mean)
+        cap = np.where(gated, cap + ov, cap)
     carried, tail = 0.0, None
     # gated with a budget the gate period G and the carried prompts feed each other (a longer period
     # carries more, which opens the gate sooner): the fixed point G = f(G), f decreasing, is
@@ -624,7 +624,17 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
         full = eg_b * t_d + s_tok * (cap if tail is None else cap_c + tail) * prompt_scale
-        extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
+        if tail is None:
+            extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
+        else:
+            # gated chunked: only the tokens ahead wait for context iterations (whole periods); a
+            # started prompt's rest goes on in the next iteration (gate or not): the prompts that
+            # straddle the budget (a rank's chance ``carried`` per period over its prompts per
+            # period) wait that one iteration more
+            k_mean, k_var, p_k = budget_wait(stats, m_rank, cap, p_over, backlog, stable, start=ov)
+            p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
+            k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
+            extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
@@ -656,7 +666,7 @@ def _gamma_tail_sums(mean, var, head: int = WAIT_HEAD_PERIODS):
     return (np.sum(tail, axis=-1) + over1, np.sum((2.0 * k - 1.0) * tail, axis=-1) + over2 - over1, tail[..., 0])
 
 
-def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
+def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None):
     """Mean and variance of the context iterations a prompt waits beyond the first one after its
     arrival because its rank takes at most ``cap`` tokens per context iteration (a chunked prompt
     is prefilled over several; a whole one waits until it fits).
@@ -669,8 +679,9 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0. Returns (E[K], Var[K],
     P(K ≥ 1))."""
     mu, m2 = stats.isl_mean, stats.isl_sq
-    mean0 = (0.5 * count * mu + mu) / cap
-    var0 = (0.5 * count * m2 + m2 - mu * mu) / cap**2
+    own, own_var = (mu, m2 - mu * mu) if start is None else (start, 0.0)
+    mean0 = (0.5 * count * mu + own) / cap
+    var0 = (0.5 * count * m2 + own_var) / cap**2
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
     mean1, var1 = mean0 + wpos, var0 + wpos * wpos
     # both cases in one pass (a leading axis: W = 0, W > 0)
