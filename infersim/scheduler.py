@@ -303,16 +303,18 @@ def capped_tokens(stats: WorkloadStats, count, cap, d):
     return ey, vy, pov, back, stable
 
 
-def rest_max(stats: WorkloadStats, p_over, d, n: int = 256):
-    """E[max over d ranks of R_r]: R_r = 0 with probability 1 − ``p_over``, else the rest of the
-    prompt that straddles the rank's budget, the forward recurrence of the ISL distribution,
-    P(R > y) = E[(ISL − y)⁺] / E[ISL]. (arrays p_over, d broadcast)"""
+def rest_max(stats: WorkloadStats, p_over, d, cap=np.inf, n: int = 256):
+    """E[max over d ranks of min(R_r, cap)]: R_r = 0 with probability 1 − ``p_over``, else the
+    rest of the prompt that straddles the rank's budget, the forward recurrence of the ISL
+    distribution, P(R > y) = E[(ISL − y)⁺] / E[ISL]; one iteration takes at most ``cap`` of it
+    (arrays p_over, d, cap broadcast)."""
     x, p = np.asarray(stats.isl_points, dtype=float), np.asarray(stats.isl_probs, dtype=float)
     p = p / p.sum()
     y = np.linspace(0.0, float(x.max()), n)
     tail_r = np.sum(p * np.maximum(x[None, :] - y[:, None], 0.0), axis=-1) / np.sum(p * x)
-    p_over, d = np.broadcast_arrays(np.asarray(p_over, dtype=float), np.asarray(d, dtype=float))
-    f = 1.0 - (1.0 - p_over[..., None] * tail_r) ** d[..., None]
+    p_over, d, cap = np.broadcast_arrays(np.asarray(p_over, dtype=float), np.asarray(d, dtype=float),
+                                         np.asarray(cap, dtype=float))
+    f = (1.0 - (1.0 - p_over[..., None] * tail_r) ** d[..., None]) * (y < cap[..., None])
     return np.trapezoid(f, y, axis=-1)
 
 
@@ -576,7 +578,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 # the context iteration, 194 / 367 in the next; this gives c = 498 / 480 and
                 # 141 / 373). A rank holds a rest with about the chance it carries (``carried``)
                 p_c = carried
-                tail = rest_max(stats, p_c, d)
+                tail = rest_max(stats, p_c, d, cap_c)
                 big_mean = np.where(gated, np.minimum(big_mean, cap_c) + tail, big_mean)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
         if step in (0, steps - 1):  # priced by the step cost at the first and the last step
@@ -631,7 +633,9 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # started prompt's rest goes on in the next iteration (gate or not): the prompts that
             # straddle the budget (a rank's chance ``carried`` per period over its prompts per
             # period) wait that one iteration more
-            k_mean, k_var, p_k = budget_wait(stats, m_rank, cap, p_over, backlog, stable, start=ov)
+            x, px = np.asarray(stats.isl_points, dtype=float), np.asarray(stats.isl_probs, dtype=float)
+            ov_var = float(np.sum(px * x**3) / (3.0 * np.sum(px * x))) - ov * ov  # forward recurrence
+            k_mean, k_var, p_k = budget_wait(stats, m_rank, cap, p_over, backlog, stable, start=ov, start_var=ov_var)
             p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
@@ -666,7 +670,7 @@ def _gamma_tail_sums(mean, var, head: int = WAIT_HEAD_PERIODS):
     return (np.sum(tail, axis=-1) + over1, np.sum((2.0 * k - 1.0) * tail, axis=-1) + over2 - over1, tail[..., 0])
 
 
-def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None):
+def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0):
     """Mean and variance of the context iterations a prompt waits beyond the first one after its
     arrival because its rank takes at most ``cap`` tokens per context iteration (a chunked prompt
     is prefilled over several; a whole one waits until it fits).
@@ -679,7 +683,7 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0. Returns (E[K], Var[K],
     P(K ≥ 1))."""
     mu, m2 = stats.isl_mean, stats.isl_sq
-    own, own_var = (mu, m2 - mu * mu) if start is None else (start, 0.0)
+    own, own_var = (mu, m2 - mu * mu) if start is None else (start, start_var)
     mean0 = (0.5 * count * mu + own) / cap
     var0 = (0.5 * count * m2 + own_var) / cap**2
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
