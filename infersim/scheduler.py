@@ -32,6 +32,14 @@ Per grid point (mean occupancy B per instance, layout, plan):
   moment, exponential given positive) and the prompt's own ceil(tokens / c) iterations add K
   context iterations to TTFT (``budget_wait``, each at a full budget); carried prompts open the
   ADP gate sooner; gated, a chunked rank also finishes the prompt it started between admissions;
+- gated chunked prefill (as des.simulate_engine runs it: a started prompt goes on every iteration,
+  new prompts only at context iterations): a context iteration takes at most the free budget c on
+  a rank and the straddling prompt's rest (forward recurrence of the ISL) stalls the next
+  iteration by the largest rest over the ranks (``rest_max``); a rank drains c plus one rest per
+  period; the gate period and the carried prompts are one fixed point (bisected); a backlogged
+  rank's periods are those of a gate waiting for the other d − 1 ranks; a prompt waits the
+  periods until the tokens ahead of it plus the straddler's overshoot fit, and a straddler one
+  iteration more; the queue is stable only below c plus one rest per W + 1 iterations;
 - TTFT quantiles: gated, the wait for the next context iteration is uniform over the
   timeout-bounded period (``_uniform_gamma_quantiles``), else gamma-shaped;
 - limits: mean per-rank occupancy within ``max_batch_size`` and the chance a rank is full at most
