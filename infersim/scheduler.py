@@ -32,6 +32,14 @@ Per grid point (mean occupancy B per instance, layout, plan):
   moment, exponential given positive) and the prompt's own ceil(tokens / c) iterations add K
   context iterations to TTFT (``budget_wait``, each at a full budget); carried prompts open the
   ADP gate sooner; gated, a chunked rank also finishes the prompt it started between admissions;
+- gated chunked prefill (as des.simulate_engine runs it: a started prompt goes on every iteration,
+  new prompts only at context iterations): a context iteration takes at most the free budget c on
+  a rank and the straddling prompt's rest (forward recurrence of the ISL) stalls the next
+  iteration by the largest rest over the ranks (``rest_max``); a rank drains c plus one rest per
+  period; the gate period and the carried prompts are one fixed point (bisected); a backlogged
+  rank's periods are those of a gate waiting for the other d − 1 ranks; a prompt waits the
+  periods until the tokens ahead of it plus the straddler's overshoot fit, and a straddler one
+  iteration more; the queue is stable only below c plus one rest per W + 1 iterations;
 - TTFT quantiles: gated, the wait for the next context iteration is uniform over the
   timeout-bounded period (``_uniform_gamma_quantiles``), else gamma-shaped;
 - limits: mean per-rank occupancy within ``max_batch_size`` and the chance a rank is full at most
@@ -303,6 +311,21 @@ def capped_tokens(stats: WorkloadStats, count, cap, d):
     return ey, vy, pov, back, stable
 
 
+def rest_max(stats: WorkloadStats, p_over, d, cap=np.inf, n: int = 256):
+    """E[max over d ranks of min(R_r, cap)]: R_r = 0 with probability 1 − ``p_over``, else the
+    rest of the prompt that straddles the rank's budget, the forward recurrence of the ISL
+    distribution, P(R > y) = E[(ISL − y)⁺] / E[ISL]; one iteration takes at most ``cap`` of it
+    (arrays p_over, d, cap broadcast)."""
+    x, p = np.asarray(stats.isl_points, dtype=float), np.asarray(stats.isl_probs, dtype=float)
+    p = p / p.sum()
+    y = np.linspace(0.0, float(x.max()), n)
+    tail_r = np.sum(p * np.maximum(x[None, :] - y[:, None], 0.0), axis=-1) / np.sum(p * x)
+    p_over, d, cap = np.broadcast_arrays(np.asarray(p_over, dtype=float), np.asarray(d, dtype=float),
+                                         np.asarray(cap, dtype=float))
+    f = (1.0 - (1.0 - p_over[..., None] * tail_r) ** d[..., None]) * (y < cap[..., None])
+    return np.trapezoid(f, y, axis=-1)
+
+
 def busiest_tokens(stats: WorkloadStats, count, d):
     """Mean and variance of the busiest rank's prompt tokens when each of d ranks receives a
     compound Poisson number of prompts with mean ``count`` (arrays broadcast; d is an integer array)."""
@@ -382,13 +405,15 @@ def padded_rows(engine, batch, d):
 
 # ---- admission gate ----------------------------------------------------------------------------------
 
-def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
+def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None):
     """E[G], Var[G] and the third central moment of the iterations between context iterations
     (1, 0, 0 with the gate off).
 
     ``per_iter`` + ``offset``: a rank's mean arrivals by the k-th check after an admission are
     per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall);
-    ``carried``: the chance a rank still holds a prompt the last admission left for lack of budget.
+    ``carried``: the chance a rank still holds a prompt the last admission left for lack of budget;
+    ``others``: the ranks whose prompts the gate waits for (default d; d − 1 for the period seen by
+    a rank that holds a prompt at every check).
     """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -408,7 +433,7 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
     for k in range(1, T + 1):
         mk = per_iter * k + offset
         none = keep * np.exp(-mk)  # this rank holds no prompt
-        f = (1.0 - none) ** d
+        f = (1.0 - none) ** (d if others is None else others)
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
         g_all = k + wait_busy
         adm = alive * h_all
@@ -533,9 +558,16 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
         # iteration (mean overshoot of a renewal sum past a level, E[ISL²]/(2·E[ISL]))
-        cap = np.where(gated, cap + stats.isl_sq / (2.0 * stats.isl_mean), cap)
-    carried = 0.0
-    steps = 3 if np.any(gated) else 1
+        cap_c, ov = cap, stats.isl_sq / (2.0 * stats.isl_mean)
+        cap = np.where(gated, cap + ov, cap)
+    carried, tail = 0.0, None
+    # gated with a budget the gate period G and the carried prompts feed each other (a longer period
+    # carries more, which opens the gate sooner): the fixed point G = f(G), f decreasing, is
+    # bracketed and bisected (plain iteration can cycle, e.g. G 4 ↔ 8.3 at 9/3 chunked); otherwise
+    # a few plain steps (non-chunked budgets: not yet checked against the DES with the bisection)
+    search = budget and engine.chunked_prefill and np.any(gated)
+    steps = BISECT_STEPS if search else 3 if np.any(gated) else 1
+    lo, hi = np.ones_like(eg), np.ones_like(eg) * float(engine.gate_timeout_iters + engine.gate_wait_iters + 1)
     for step in range(steps):
         # prompts per context iteration (at least one) and the busiest rank's tokens
         n = np.maximum(batch * L / stats.osl_mean * eg, 1.0)
@@ -547,6 +579,15 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             u_mean, u_var = busiest_tokens(stats, m_true, d)
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
+            if engine.chunked_prefill and np.any(gated):
+                # gated, the context iteration takes at most c on a rank; the started prompt's rest
+                # is prefilled in the next iteration, whose stall is the largest rest over the ranks
+                # (des.simulate_engine, 6/2 chunked at 30 / 60 %: busiest rank 482 / 488 tokens in
+                # the context iteration, 194 / 367 in the next; this gives c = 498 / 480 and
+                # 141 / 373). A rank holds a rest with about the chance it carries (``carried``)
+                p_c = carried
+                tail = rest_max(stats, p_c, d, cap_c)
+                big_mean = np.where(gated, np.minimum(big_mean, cap_c) + tail, big_mean)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
         if step in (0, steps - 1):  # priced by the step cost at the first and the last step
             s_mean, imb0 = prefill_time(n, imb), imb
@@ -557,7 +598,13 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
             # ``carried``: ranks that carry a prompt into the next context iteration
-            eg, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried)
+            f, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried)
+            if search and step < steps - 1:
+                up = f > eg
+                lo, hi = np.where(up, eg, lo), np.where(up, hi, eg)
+                eg = np.where(gated, 0.5 * (lo + hi), f) if step > 0 else f
+            else:
+                eg = f
     s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
     # renewal arrivals (c_a² ≠ 1): a rank's count per period has variance (1 + (c_a² − 1)/d) × its
@@ -571,19 +618,44 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     extra = None
     if budget:  # the backlog of a rank's queue at its mean arrivals per context iteration
         m_rank = batch * L / stats.osl_mean * eg / d
+        eg_b = eg
         if np.any(gated):  # the gate's last step moved E[G]
-            _, _, p_over, backlog, stable = capped_tokens(stats, m_rank, cap, d)
+            # a rank that carries a backlog holds a prompt at every check, so while it drains the
+            # gate waits only for the other d − 1 ranks: its periods are shorter than the mean
+            # period (measured in des.simulate_engine, 9/3 chunked 60 %: every rank's queue
+            # drains at one budget plus a prompt's rest per period, and at the mean period
+            # the Lindley backlog would be 1.6 × the DES's TTFT)
+            g_b = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried, others=d - 1)[0]
+            eg_b = np.where(gated, np.minimum(g_b, eg), eg)
+            m_back = batch * L / stats.osl_mean * eg_b / d
+            _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d)
         else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
             p_over = carried
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
-        full = eg * t_d + s_tok * cap * prompt_scale
-        extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
+        full = eg_b * t_d + s_tok * (cap if tail is None else cap_c + tail) * prompt_scale
+        if tail is None:
+            extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
+        else:
+            # gated chunked: only the tokens ahead wait for context iterations (whole periods); a
+            # started prompt's rest goes on in the next iteration (gate or not): the prompts that
+            # straddle the budget (a rank's chance ``carried`` per period over its prompts per
+            # period) wait that one iteration more
+            x, px = np.asarray(stats.isl_points, dtype=float), np.asarray(stats.isl_probs, dtype=float)
+            ov_var = float(np.sum(px * x**3) / (3.0 * np.sum(px * x))) - ov * ov  # forward recurrence
+            k_mean, k_var, p_k = budget_wait(stats, m_rank, cap, p_over, backlog, stable, start=ov, start_var=ov_var)
+            p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
+            k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
+            extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
     return res
+
+
+BISECT_STEPS = 14
+"""Steps of the gated-budget fixed point G = f(G) (bracket [1, T + W + 1] halved each step)."""
 
 
 WAIT_HEAD_PERIODS = 4
@@ -606,7 +678,7 @@ def _gamma_tail_sums(mean, var, head: int = WAIT_HEAD_PERIODS):
     return (np.sum(tail, axis=-1) + over1, np.sum((2.0 * k - 1.0) * tail, axis=-1) + over2 - over1, tail[..., 0])
 
 
-def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
+def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0):
     """Mean and variance of the context iterations a prompt waits beyond the first one after its
     arrival because its rank takes at most ``cap`` tokens per context iteration (a chunked prompt
     is prefilled over several; a whole one waits until it fits).
@@ -619,8 +691,9 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0. Returns (E[K], Var[K],
     P(K ≥ 1))."""
     mu, m2 = stats.isl_mean, stats.isl_sq
-    mean0 = (0.5 * count * mu + mu) / cap
-    var0 = (0.5 * count * m2 + m2 - mu * mu) / cap**2
+    own, own_var = (mu, m2 - mu * mu) if start is None else (start, start_var)
+    mean0 = (0.5 * count * mu + own) / cap
+    var0 = (0.5 * count * m2 + own_var) / cap**2
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
     mean1, var1 = mean0 + wpos, var0 + wpos * wpos
     # both cases in one pass (a leading axis: W = 0, W > 0)
@@ -805,6 +878,14 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
             # prefill queue grows without bound)
             per_iter_tokens = b * stats.isl_mean / stats.osl_mean
             fits = per_iter_tokens < free
+            if e.gate_timeout_iters > 0:
+                # gated, a rank starts prompts only at context iterations, at most every W + 1
+                # iterations once every rank has a waiting prompt, taking its free budget plus the
+                # rest of the prompt it started (mean E[ISL²]/(2·E[ISL])): beyond that the queue
+                # grows (des.simulate_engine, 9/3 chunked: 653 tokens per rank per period at
+                # saturation, free budget 447 + rest 193)
+                drain = free + stats.isl_sq / (2.0 * stats.isl_mean)
+                fits = fits & ((np.asarray(d) <= 1) | (per_iter_tokens * (1.0 + e.gate_wait_iters) < drain))
         else:
             # the longest prompt must fit beside the rank's decode tokens (else it blocks its rank,
             # FCFS), and prompt tokens must arrive slower than one free budget per iteration;
