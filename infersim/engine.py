@@ -130,11 +130,7 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                     ce = own * plan.kernel_efficiency
             t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
                                           ce, getattr(eff, op.memory_efficiency), overlap)
-            exp_bound = False
-            if exp_rate is not None and not (np.isscalar(op.exps) and op.exps == 0):
-                te = roofline.compute_time(op.exps, exp_rate, eff.exp_fraction)
-                exp_bound = te > tc
-                t1, tc = np.maximum(t1, te), np.maximum(tc, te)
+            t1, tc, exp_bound = roofline.exp_roof(t1, tc, op.exps, exp_rate, eff.exp_fraction)
             t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
             compute_bound = tc >= tm

@@ -5,7 +5,7 @@ hardware-profile data. Small GEMMs lose compute efficiency through tile under-ut
 η(m) = η_compute · m / (m + m_half); GEMMs overlap their load and MMA phases only partly
 (``op_time``'s ``overlap``).
 Ops that evaluate exponentials (attention's softmax) also meet a third roof,
-exps / (η_exp · exp_rate), added by the step pricing (``engine._price``).
+exps / (η_exp · exp_rate) (``exp_roof``).
 """
 
 from __future__ import annotations
@@ -64,6 +64,19 @@ def op_time(flops, bytes_moved, flop_rate, bandwidth, compute_efficiency, memory
     if np.isscalar(overlap) and overlap >= 1.0:
         return np.maximum(tc, tm), tc, tm
     return tc + tm - overlap * np.minimum(tc, tm), tc, tm
+
+
+def exp_roof(t, tc, exps, exp_rate, efficiency):
+    """The softmax exponentials' roof on top of an op's roofline time.
+
+    Returns (time, compute_time, exp_bound): ``exps`` / (``efficiency`` · ``exp_rate``) raises both
+    the op's time and its compute time where it is longer (exponential-bound time counts as
+    compute-bound); ``exp_bound`` marks those points. No rate (None) or no exps: unchanged.
+    """
+    if exp_rate is None or (np.isscalar(exps) and exps == 0):
+        return t, tc, False
+    te = compute_time(exps, exp_rate, efficiency)
+    return np.maximum(t, te), np.maximum(tc, te), te > tc
 
 
 def bound_by(compute_t, memory_t):

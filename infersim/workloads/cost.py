@@ -57,12 +57,7 @@ class Coster:
         rate = self.hw.compute.flop_rate(precision)
         t, tc, tm = roofline.op_time(flops, bytes_moved, rate, self.hw.memory.bandwidth, efficiency,
                                      self.eff.memory_fraction)
-        exp_rate = self.hw.compute.exp_rate
-        if exp_rate is not None and np.any(np.asarray(exps) > 0):
-            # softmax exponentials on the special-function unit: a third roof, counted as compute
-            # (as in engine._price)
-            tc = np.maximum(tc, roofline.compute_time(exps, exp_rate, self.eff.exp_fraction))
-            t = np.maximum(t, tc)
+        t, tc, _ = roofline.exp_roof(t, tc, exps, self.hw.compute.exp_rate, self.eff.exp_fraction)
         c = self.cost
         c.by_kind[kind] = c.by_kind[kind] + count * t
         c.compute_bound = c.compute_bound + count * np.where(tc >= tm, t, 0.0)
