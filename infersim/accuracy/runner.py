@@ -129,13 +129,7 @@ class Runner:
     def _predict(self, key, hw_values, round_values, lock) -> Outcome:
         from .. import api
 
-        kwargs: dict[str, Any] = {}
-        if lock is not None:
-            kwargs = {"enable": list(lock.enable), "disable": list(lock.disable)}
-            if lock.mtp_depth and "mtp" in lock.enable:
-                kwargs["params"] = {"mtp": {"depth": lock.mtp_depth}}
-            if lock.layout is not None:
-                kwargs.update(zip(("tp", "pp", "ep", "dp"), lock.layout))
+        kwargs = {} if lock is None else self._lock_kwargs(lock)
         try:
             preset = self.preset(key.preset, round_values)
             pred = api.predict(key.hardware, key.model, key.scenario, key.accelerators, round=key.preset,
@@ -172,14 +166,10 @@ class Runner:
         if lock is None or lock.layout is None:
             return Outcome(None, "bad input: an operating point needs a pinned aggregated layout", None)
         tp, pp, ep, dp = lock.layout
-        kwargs: dict[str, Any] = {"enable": list(lock.enable), "disable": list(lock.disable)}
-        if lock.mtp_depth and "mtp" in lock.enable:
-            kwargs["params"] = {"mtp": {"depth": lock.mtp_depth}}
         try:
             inputs = self.inputs(key, hw_values)
             query = Query.build(key.hardware, key.model, key.scenario, key.accelerators, round=key.preset,
-                                inputs=inputs, preset=self.preset(key.preset, round_values), tp=tp, pp=pp, ep=ep, dp=dp,
-                                **kwargs)
+                                inputs=inputs, preset=self.preset(key.preset, round_values), **self._lock_kwargs(lock))
             variants = [v for v in api.selection(query).variants()]
             if len(variants) != 1:
                 return Outcome(None, f"bad input: the lock leaves {len(variants)} optimization variants", None)
@@ -199,6 +189,16 @@ class Runner:
         if not np.all(np.isfinite(values) & (values > 0)):
             return Outcome(None, f"internal error: non-positive TPOT {values.tolist()!r}", None)
         return Outcome(tuple(float(v) for v in values) if isinstance(occupancy, tuple) else float(values[0]), "", lock)
+
+    @staticmethod
+    def _lock_kwargs(lock: Lock) -> dict[str, Any]:
+        """``predict`` / ``Query.build`` keywords that pin ``lock``'s choices, MTP depth and layout."""
+        kwargs: dict[str, Any] = {"enable": list(lock.enable), "disable": list(lock.disable)}
+        if lock.mtp_depth and "mtp" in lock.enable:
+            kwargs["params"] = {"mtp": {"depth": lock.mtp_depth}}
+        if lock.layout is not None:
+            kwargs.update(zip(("tp", "pp", "ep", "dp"), lock.layout))
+        return kwargs
 
     @staticmethod
     def _lock_of(preset, config: Mapping[str, Any]) -> Lock:
