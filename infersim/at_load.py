@@ -4,7 +4,7 @@ the submitter actually scheduled and compare its latencies.
 Input: a CSV with at least ``version, submitter, system, benchmark, scenario, total_accelerators,
 scheduled_samples_per_s, tokens_per_sample, tpot_p50_ms, ttft_p50_ms, ttft_p99_ms, tpot_p99_ms``
 (the columns of ``data/mlperf_operating_points.csv``). Hardware: the row's ``hardware`` column
-where filled, else the accelerator / system name matched by ``HARDWARE_RULES``. Model: the
+where filled, else the accelerator / system name matched by ``accuracy.oppoints.HARDWARE_RULES``. Model: the
 benchmark name without its accuracy suffix (``llama2-70b-99.9`` → ``llama2-70b``).
 
 Per row: the capacity-best aggregated configuration of the row's round preset
@@ -24,8 +24,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from .accuracy.oppoints import (HARDWARE_RULES, REQUIRED, _num, bundled_data, hardware_id, load,  # noqa: F401
-                                model_id)
+from .accuracy.oppoints import _num, bundled_data, hardware_id, load, model_id  # noqa: F401 (bundled_data: the CLI's default file)
 from .errors import SpecError
 
 

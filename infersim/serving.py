@@ -295,10 +295,8 @@ def gamma_cdf_at(x, terms):
 
 def _wilson_hilferty(mean, var):
     """(a, b) with P(X ≤ u³) ≈ Φ(a·u + b) for a gamma of ``mean`` and ``var`` (Wilson-Hilferty)."""
-    mean = np.maximum(mean, 1e-30)
-    c = np.maximum(var, 1e-30 * mean * mean) / (9.0 * mean * mean)
-    root = np.sqrt(c)
-    return 1.0 / (np.cbrt(mean) * root), -(1.0 - c) / root
+    mean, one_less_c, root = gamma_cdf_terms(mean, var)
+    return 1.0 / (np.cbrt(mean) * root), -one_less_c / root
 
 
 def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):

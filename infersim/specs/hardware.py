@@ -271,18 +271,6 @@ class EfficiencySpec(Spec):
     """Set by ``infersim calibrate``: data, date and residual of the fit."""
 
 
-# The parameters calibrate may fit (a module constant, not a model field).
-CALIBRATABLE_EFFICIENCY: tuple[str, ...] = (
-    "compute_fraction",
-    "memory_fraction",
-    "kv_memory_fraction",
-    "attention_fraction",
-    "gemm_m_half",
-    "gemm_overlap",
-    "step_overhead_ms",
-)
-
-
 class HardwareSpec(Spec):
     """One accelerator and its system: compute, memory, interconnect, power and price."""
 
