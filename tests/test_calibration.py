@@ -249,6 +249,20 @@ def test_yaml_edit_keeps_comments_and_replaces_the_record(tmp_path):
     assert path.read_text() == new  # editing never writes
 
 
+def test_yaml_edit_leaves_blocks_it_did_not_touch_exactly_as_written(tmp_path):
+    """A preset's engine block (multi-line flow mappings with comments) comes back byte for byte;
+    ruamel alone re-flows such mappings onto one line."""
+    src = (REPO / "presets" / "v6.0.yaml").read_text()
+    path = tmp_path / "v6.0.yaml"
+    path.write_text(src)
+    record = {"data": "d.csv", "date": "2026-01-02", "rows": 3, "residual_median_ape": 1.0,
+              "parameters": ["kernel_efficiency"], "findings": []}
+    new = edited_text(path, None, {"kernel_efficiency": 1.25}, record, PresetSpec)
+    engine = src[src.index("\nengine:"):]
+    assert "\n" in engine.split("models:", 1)[1].split("}", 1)[0]  # the sample really is multi-line
+    assert new.endswith(engine) and yaml.safe_load(new)["kernel_efficiency"] == 1.25
+
+
 def test_flow_style_section_is_edited_and_still_valid(tmp_path):
     src = (REPO / "hardware_profiles" / "h100-sxm.yaml").read_text()
     data = yaml.safe_load(src)

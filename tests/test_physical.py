@@ -1,11 +1,12 @@
 """Shipped calibration stays physical: batch-1 decode is memory-bound on every accelerator, round
 maturity factors never make a newer round slower, and no fitted value sits outside its range.
 
-Two of these are known misses of the shipped profiles (issue 11), marked xfail(strict): the
-shipped fit's knee (gemm_m_half 105-731 rows) makes batch-1 GEMMs compute-bound, and its round
-factors predate the monotone constraint. The physical refit that passes both
-(``benchmarks/physical_refit.py``) was measured worse out of sample at p90 and not shipped; a
-refit that ships must turn these into passes (strict: an unexpected pass fails)."""
+One is a known miss of the shipped profiles (issue 11), marked xfail(strict): the shipped fit's
+knee (gemm_m_half 174-1006 rows on 15 of 17 profiles) makes batch-1 GEMMs compute-bound. The
+physical refit that passes it (``benchmarks/physical_refit.py``) was measured worse out of sample
+at p90 and not shipped; a refit that ships must turn these into passes (strict: an unexpected pass
+fails). The round factors of the shipped fit (2026-11-25, throughput rows and operating points)
+are monotone."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ from infersim.optimizations.presets import list_rounds, load_preset
 from infersim.specs import catalog
 
 
-KNEE_MISS = pytest.mark.xfail(strict=True, reason="shipped gemm_m_half (fitted 105-731 rows, fleet prior 421) is above "
-                              "the ridge point: batch-1 GEMMs priced compute-bound (issue 11, not refitted)")
+KNEE_MISS = pytest.mark.xfail(strict=True, reason="shipped gemm_m_half (fitted 174-1006 rows, fleet prior 421) is "
+                              "above the ridge point: batch-1 GEMMs priced compute-bound (issue 11)")
 
 
-KNEE_BELOW_RIDGE = {"gb200-nvl72", "h200-sxm", "mi325x"}
-"""Shipped profiles whose fitted knee (210, 167, 105 rows) stays below their fp8 ridge point."""
+KNEE_BELOW_RIDGE = {"h100-sxm", "mi325x"}
+"""Shipped profiles whose fitted knee (246, 93 rows; fit of 2026-11-25 with operating points)
+stays below their fp8 ridge point."""
 
 
 @pytest.mark.parametrize("hw_id", [pytest.param(h, marks=() if h in KNEE_BELOW_RIDGE else KNEE_MISS)
@@ -48,8 +50,6 @@ def test_batch_one_decode_is_memory_bound(hw_id, model):
     assert float(cost.memory_bound) > float(cost.compute_bound), hw.name
 
 
-@pytest.mark.xfail(strict=True, reason="shipped presets predate the monotone constraint (v4.1/v5.0 MoE kernels below "
-                   "v4.0's, v6.0 host overhead 1.57x v5.1's; issue 11, not refitted)")
 def test_shipped_round_factors_are_monotone():
     values = {r: {n: float(getattr(load_preset(r), n)) for n in acc_params.ROUND_FACTORS} for r in list_rounds()}
     assert sorted(values, key=version_key) == list_rounds()
@@ -64,8 +64,9 @@ def test_shipped_hardware_parameters_inside_their_ranges(hw_id):
         assert rng.lower <= v <= rng.upper, f"{hw_id}.{name} = {v} outside {rng.lower}-{rng.upper} {rng.unit}"
 
 
-UNRECORDED = {"b200": "kv_memory_fraction 0.2558", "h200-sxm": "attention_fraction 0.15"}
-"""Shipped values on a bound whose calibration record predates findings (issue 11, not refitted)."""
+UNRECORDED: dict[str, str] = {}
+"""Shipped values on a bound whose calibration record predates findings (none since the refit of
+2026-11-25: every value on a bound carries its finding)."""
 
 
 @pytest.mark.parametrize("hw_id", [pytest.param(h, marks=pytest.mark.xfail(strict=True, reason=UNRECORDED[h]))

@@ -28,7 +28,7 @@ from .params import (HARDWARE_RANGES, ROUND_FACTORS, Parameter, bound_findings, 
 from .params import round_parameters as _round_params
 from .progress import Progress
 from .result import CalibrationResult
-from .oppoints import OpRow, load_op_rows, usable
+from .oppoints import OpRow, bundled_data, load_op_rows, usable
 from .runner import Lock, Runner, Values, runner_for
 from .summary import stats
 
@@ -195,6 +195,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     check_names(parameters, names_r)
     fit, excluded = fit_rows(rows, scope, presets_dir)
     ops = _op_rows(operating_points, presets_dir)
+    if ops:  # the provenance names every file the fit saw
+        op_file = operating_points if isinstance(operating_points, (str, os.PathLike)) else bundled_data()
+        data = f"{data} + {len(ops)} operating points of {data_label(op_file)}"
     with runner_for(runner, presets_dir, workers, len(fit) * 8) as run:
         hw_ids = sorted({fr.key.hardware for fr in fit})
         rounds_all = sorted({fr.key.preset for fr in fit}, key=version_key)

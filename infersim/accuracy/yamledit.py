@@ -122,6 +122,43 @@ def _plain(obj):
     return obj
 
 
+_TOP_KEY = re.compile(r"^([A-Za-z_][\w.-]*)\s*:", re.M)
+
+
+def _blocks(text: str) -> tuple[str, dict[str, str]]:
+    """(text before the first top-level key, {key: its block's text}), a block running from its
+    key's line to the next top-level key (comments and blank lines in between included)."""
+    starts = [(m.start(), m.group(1)) for m in _TOP_KEY.finditer(text)]
+    head = text[: starts[0][0]] if starts else text
+    ends = [s for s, _ in starts[1:]] + [len(text)]
+    return head, {k: text[s:e] for (s, k), e in zip(starts, ends)}
+
+
+def _keep_untouched_blocks(original: str, dumped: str) -> str:
+    """``dumped`` with every top-level block whose data did not change replaced by the user's own
+    text of it: ruamel keeps comments but re-flows multi-line flow mappings, and an edit should
+    leave what it did not touch exactly as written."""
+    head_o, old = _blocks(original)
+    head_d, new = _blocks(dumped)
+    if not old or list(new)[: len(old)] != [k for k in old if k in new][: len(old)]:
+        return dumped
+
+    def same(a: str, b: str) -> bool:
+        try:
+            return _plain(yaml.safe_load(a)) == _plain(yaml.safe_load(b))
+        except yaml.YAMLError:
+            return False
+
+    out = [head_o if head_o.strip() == head_d.strip() else head_d]
+    for key, block in new.items():
+        kept = old.get(key)
+        if kept is not None and same(kept, block):
+            out.append(kept if kept.endswith("\n") else kept + "\n")
+        else:
+            out.append(block)
+    return "".join(out)
+
+
 def edited_text(path: str | Path, section: str | None, updates: Mapping[str, float], record: Mapping[str, Any],
                 spec_cls, defaults: Mapping[str, float] | None = None) -> str:
     """New text of ``path`` with ``updates`` set and ``record`` as its ``calibration:`` block.
@@ -162,7 +199,7 @@ def edited_text(path: str | Path, section: str | None, updates: Mapping[str, flo
     want_target["calibration"] = _plain(dict(record))
     buf = io.StringIO()
     _yaml().dump(data, buf)
-    new = buf.getvalue()
+    new = _keep_untouched_blocks(text, buf.getvalue())
     try:
         back = yaml.safe_load(new)
     except yaml.YAMLError as exc:
