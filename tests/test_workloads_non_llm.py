@@ -297,6 +297,30 @@ def test_bundled_rows_load_with_their_metric():
     assert all(r.metric == "latency_s" for r in rows if r.scenario == "singlestream")
 
 
+def test_video_rows_run_at_their_declared_16_or_8_bit_precision():
+    # Krai's H200 run declares bfloat16 (KISS-V); the NVIDIA-recipe rows declare "fp32", the
+    # checkpoint's storage type, and run the scenario's Transformer Engine FP8
+    from infersim.workloads.validate import declared_precision, predict_row
+    rows = load_metric_rows(REPO / "data" / "mlperf_non_llm_results.csv")
+    wan_rows = [r for r in rows if r.model == WAN]
+    krai = [r for r in wan_rows if r.columns["submitter"] == "Krai"]
+    assert krai and {declared_precision(r) for r in krai} == {"bf16"}
+    assert {declared_precision(r) for r in wan_rows if r.columns["submitter"] != "Krai"} == {None}
+    r = next(r for r in krai if r.scenario == "offline")
+    predict_row(r)
+    bf16 = predict("h200-sxm", WAN, "mlperf-wan2.2-t2v-offline", 8, precision="bf16").metrics["samples_per_s"]
+    fp8 = predict("h200-sxm", WAN, "mlperf-wan2.2-t2v-offline", 8).metrics["samples_per_s"]
+    assert r.predicted == pytest.approx(bf16, rel=1e-12)
+    assert fp8 > 1.3 * bf16  # twice the tensor rate on the GEMMs and the attention MMAs
+
+
+def test_precision_override_is_checked():
+    with pytest.raises(Exception, match="text-to-video"):
+        predict("b200", DLRM, "mlperf-dlrm-v3-offline", 8, precision="bf16")
+    with pytest.raises(Exception, match="unknown precision"):
+        predict("b200", WAN, "mlperf-wan2.2-t2v-offline", 8, precision="fp12")
+
+
 @pytest.mark.parametrize("argv", [["pareto", "-H", "b200", "-s", "mlperf-dlrm-v3-offline"],
                                   ["ablate", "-H", "b200", "-s", "mlperf-wan2.2-t2v-offline"],
                                   ["pareto", "-H", "b200", "-m", DLRM, "-s", "mlperf-llama2-70b-offline"]])
