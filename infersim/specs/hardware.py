@@ -268,8 +268,9 @@ class EfficiencySpec(Spec):
     512 FLOPs per exponential), emulating 10-25 % of the exponentials (Zadouri, Hoehnerbach, Shah,
     Liu, Thakkar, Dao, FlashAttention-4, arXiv 2603.05451; together.ai/blog/flashattention-4).
     A separate efficiency from ``attention_fraction``: that one is fitted end to end to the MLPerf
-    rows, where decode attention dominates, and is too low for the exponential unit (applied to it,
-    WAN-2.2's FP8 attention at head 128 on B200 comes out 2x slow: 7 % → 71 % error)."""
+    rows, where decode attention dominates, and is too low for the exponential unit. Read by the
+    LLM engine's max() roof only; the non-LLM workloads add the SFU time at the unit's full rate
+    to the MMA time instead (``dense_attention_fraction``, ``softmax_overlap``)."""
     dense_attention_fraction: float = Field(default=0.75, gt=0, le=1)
     """Achievable fraction of dense peak in the tensor-core (MMA) work of a long-sequence, unpaged
     attention kernel, its softmax exponentials not counted (they are a separate term, see
