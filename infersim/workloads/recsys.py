@@ -10,7 +10,9 @@ score form one sequence of contextual + history + candidate tokens. Per sample:
 - a per-token input MLP (contextual preprocessor);
 - ``n_layers`` HSTU blocks: fused U/V/Q/K projection, pointwise causal attention in which each
   history token attends to the history before it and each candidate to the whole history and
-  itself (target-aware), output projection of 3·heads·linear_dim → embedding_dim;
+  itself (target-aware) through SiLU(q·k) in place of a softmax (an exponential and a
+  reciprocal per score on the special-function unit), output projection of
+  3·heads·linear_dim → embedding_dim;
 - the candidate MLPs (item-embedding MLP and the task head).
 Requests are batched per accelerator; the batch pays the fixed launch and host costs once.
 Offline is the best batch's throughput; Server the highest Poisson rate whose p99 latency
