@@ -3,8 +3,9 @@
 Predicts every row of ``data/mlperf_non_llm_results.csv`` (or ``--data``) and prints the median
 and p90 absolute error per benchmark, per benchmark × scenario and per hardware, the rows, and
 the wall time. ``--with-round-maturity`` is a sensitivity check: it multiplies the hardware's
-compute and attention fractions of the non-LLM rows by the v6.0 preset's LLM kernel-maturity
-factor (which the model itself does not apply to these workloads) and reports the same table.
+GEMM (MAMF, else compute_fraction) and dense-attention fractions of the non-LLM rows by the v6.0
+preset's LLM kernel-maturity factor (which the model itself does not apply to these workloads)
+and reports the same table.
 
     python benchmarks/non_llm_accuracy.py [--data FILE] [--with-round-maturity] [--json FILE]
 
@@ -32,12 +33,16 @@ def _with_maturity(round_name: str):
     k = load_preset(round_name).kernel_efficiency
     original = wv.predict
 
-    def scaled(hardware, model, scenario, accelerators=None):
+    def scaled(hardware, model, scenario, accelerators=None, precision=None):
         hw = catalog.load("hardware", hardware)
-        e = hw.efficiency
-        hw2 = hw.model_copy(update={"efficiency": e.model_copy(update={
-            "compute_fraction": min(1.0, e.compute_fraction * k), "attention_fraction": min(1.0, e.attention_fraction * k)})})
-        return original(hw2, model, scenario, accelerators)
+        e, c = hw.efficiency, hw.compute
+        mamf = None if c.mamf_fraction is None else {p: min(1.0, f * k) for p, f in c.mamf_fraction.items()}
+        hw2 = hw.model_copy(update={
+            "efficiency": e.model_copy(update={
+                "compute_fraction": min(1.0, e.compute_fraction * k),
+                "dense_attention_fraction": min(1.0, e.dense_attention_fraction * k)}),
+            "compute": c.model_copy(update={"mamf_fraction": mamf})})
+        return original(hw2, model, scenario, accelerators, precision=precision)
 
     wv.predict = scaled
     return k
@@ -51,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.with_round_maturity:
         k = _with_maturity("v6.0")
-        print(f"sensitivity run: non-LLM compute/attention fractions x {k:g} (v6.0 preset kernel_efficiency)")
+        print(f"sensitivity run: non-LLM GEMM/attention fractions x {k:g} (v6.0 preset kernel_efficiency)")
     t0 = time.perf_counter()
     rows, summary = wv.validate_metric_csv(args.data)
     wall = time.perf_counter() - t0

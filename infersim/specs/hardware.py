@@ -59,12 +59,30 @@ class ComputeSpec(Spec):
     sourced rate, no exponential roof."""
     exp_rate_source: str | None = None
     """Where ``exp_rate_tera_per_s`` comes from (required with it)."""
+    mamf_fraction: dict[Literal["bf16", "fp8"], Annotated[float, Field(gt=0, le=1)]] | None = None
+    """Measured maximum achievable matmul FLOP/s (MAMF, large GEMMs) over the dense peak, per
+    precision: a property of the die and its GEMM library, not of a serving stack. The non-LLM
+    workloads (``infersim.workloads``) cost their GEMMs at it; the LLM engine uses the fitted
+    ``efficiency.compute_fraction``. Null = not measured (the workloads then use
+    ``compute_fraction``)."""
+    mamf_source: str | None = None
+    """Where ``mamf_fraction`` comes from (required with it)."""
 
     @model_validator(mode="after")
     def _exp_source(self):
         if (self.exp_rate_tera_per_s is None) != (self.exp_rate_source is None):
             raise ValueError("exp_rate_tera_per_s and exp_rate_source go together (both or neither)")
+        if (self.mamf_fraction is None) != (self.mamf_source is None):
+            raise ValueError("mamf_fraction and mamf_source go together (both or neither)")
         return self
+
+    def mamf(self, precision: str) -> float | None:
+        """Measured large-GEMM fraction of peak for ``precision`` (fp16 reads bf16's, fp4/fp6
+        fp8's), or None when the profile has none for it."""
+        if self.mamf_fraction is None:
+            return None
+        key = {"fp16": "bf16", "fp4": "fp8", "fp6": "fp8", "int8": "fp8"}.get(precision, precision)
+        return self.mamf_fraction.get(key)
 
     @cached_property
     def exp_rate(self) -> float | None:
@@ -250,8 +268,26 @@ class EfficiencySpec(Spec):
     512 FLOPs per exponential), emulating 10-25 % of the exponentials (Zadouri, Hoehnerbach, Shah,
     Liu, Thakkar, Dao, FlashAttention-4, arXiv 2603.05451; together.ai/blog/flashattention-4).
     A separate efficiency from ``attention_fraction``: that one is fitted end to end to the MLPerf
-    rows, where decode attention dominates, and is too low for the exponential unit (applied to it,
-    WAN-2.2's FP8 attention at head 128 on B200 comes out 2x slow: 7 % → 71 % error)."""
+    rows, where decode attention dominates, and is too low for the exponential unit. Read by the
+    LLM engine's max() roof only; the non-LLM workloads add the SFU time at the unit's full rate
+    to the MMA time instead (``dense_attention_fraction``, ``softmax_overlap``)."""
+    dense_attention_fraction: float = Field(default=0.75, gt=0, le=1)
+    """Achievable fraction of dense peak in the tensor-core (MMA) work of a long-sequence, unpaged
+    attention kernel, its softmax exponentials not counted (they are a separate term, see
+    ``softmax_overlap``). Default: FlashAttention-3 forward reaches 740 TFLOPS = 75 % of H100's
+    dense FP16 peak at head dimension 128, long sequences, with the softmax hidden behind the MMAs
+    (Shah et al., arXiv 2407.08608; shared/reference/effects.md section 6). Only the non-LLM
+    workloads (``infersim.workloads``: WAN-2.2's video attention over 75,600 tokens, DLRMv3's HSTU
+    attention over ~8,800) read it; LLM serving mixes paged decode, short prefills and scheduling
+    into the fitted ``attention_fraction`` (0.17-0.40), which does not transfer to these kernels."""
+    softmax_overlap: float = Field(default=0.0, ge=0, le=1)
+    """Share of the shorter of an attention kernel's MMA and special-function-unit (exponential,
+    reciprocal) times hidden behind the longer one, in the non-LLM workloads' attention:
+    time = t_mma + t_sfu − softmax_overlap·min(t_mma, t_sfu), the SFU at
+    ``compute.exp_rate_tera_per_s``. 0: a kernel that does the scores' MMA, then their softmax
+    (FlashAttention-2 style, and FlashAttention-3 with its ping-pong and intra-warpgroup
+    pipelining removed: 661 → 570 TFLOPS in the paper's ablation); 1: the ideal max() of
+    FlashAttention-3/4's overlapped schedules."""
     gemm_m_half: NonNegativeFloat = Field(default=32.0, le=1e6)
     """GEMM rows (tokens) at which compute efficiency falls to half of compute_fraction; models
     tile under-utilisation of small-M GEMMs: eff(m) = compute_fraction * m / (m + gemm_m_half)."""

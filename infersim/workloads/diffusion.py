@@ -83,8 +83,8 @@ def dit_forward(model: DiffusionVideoModelSpec, shape: VideoShape, hw: HardwareS
     width = heads_per_rank * d.head_dim
     # one softmax exponential per score element and head: S·S per head on the rank's heads, s·T
     # per head over all heads in the cross-attention
-    c.attention(4.0 * S * S * width, 4.0 * S * width * b, precision, L, exps=S * S * heads_per_rank)
-    c.attention(4.0 * s * T * h, (2.0 * s + 2.0 * T) * h * b, precision, L, exps=s * T * d.n_heads)
+    c.attention(4.0 * S * S * width, 4.0 * S * width * b, precision, L, sfu_ops=S * S * heads_per_rank)
+    c.attention(4.0 * s * T * h, (2.0 * s + 2.0 * T) * h * b, precision, L, sfu_ops=s * T * d.n_heads)
     c.elementwise((ELEMENTWISE_HIDDEN_PASSES * h + 2.0 * d.ffn_size) * s * HIDDEN_BYTES, L)
     c.collective(Collective.ALL_TO_ALL, s * h * b, u, 4 * L)                    # Ulysses Q, K, V, O
     return c.finish()
@@ -99,7 +99,7 @@ def text_encoder(model: DiffusionVideoModelSpec, shape: VideoShape, hw: Hardware
     c.gemm(T, h, a, "bf16", t.n_layers * passes)
     c.gemm(T, 2 * t.ffn_size, h, "bf16", t.n_layers * passes)
     c.gemm(T, h, t.ffn_size, "bf16", t.n_layers * passes)
-    c.attention(4.0 * T * T * a, 4.0 * T * a * HIDDEN_BYTES, "bf16", t.n_layers * passes, exps=T * T * t.n_heads)
+    c.attention(4.0 * T * T * a, 4.0 * T * a * HIDDEN_BYTES, "bf16", t.n_layers * passes, sfu_ops=T * T * t.n_heads)
     return c.finish()
 
 

@@ -18,6 +18,7 @@ from ..specs import catalog
 from ..specs.hardware import HardwareSpec
 from ..specs.workload_models import (DiffusionVideoModelSpec, GenerativeRecommenderSpec, NonLlmScenarioSpec,
                                      RecommendationWorkload, TextToVideoWorkload)
+from ..units import BYTES_PER_ELEMENT
 from . import diffusion, recsys
 from .cost import KINDS, bound_name
 
@@ -78,8 +79,11 @@ def _kinds(cost, i: int, shape) -> dict[str, float]:
     return {k: float(np.broadcast_to(np.asarray(cost.by_kind[k], float), shape)[i]) for k in KINDS}
 
 
-def predict(hardware, model, scenario, accelerators: int | None = None) -> WorkloadPrediction:
-    """Best operating point of a non-LLM model on ``accelerators`` of ``hardware``."""
+def predict(hardware, model, scenario, accelerators: int | None = None, precision: str | None = None) -> WorkloadPrediction:
+    """Best operating point of a non-LLM model on ``accelerators`` of ``hardware``.
+
+    ``precision`` (text-to-video only): the transformer's compute precision in place of the
+    scenario's (a submission that ran another recipe, e.g. bf16 instead of the reference FP8)."""
     hw, hw_id = _get("hardware", hardware)
     sc, sc_id = _get("scenario", scenario)
     md, md_id = _get("model", model if model is not None else getattr(sc, "model", None))
@@ -90,6 +94,12 @@ def predict(hardware, model, scenario, accelerators: int | None = None) -> Workl
     if not 1 <= n <= 1_000_000:
         raise SpecError(f"--accelerators must be in [1, 1e6] (got {n})")
     base = WorkloadPrediction(hw_id, md_id, sc_id, n, False)
+    if precision is not None:
+        if not isinstance(md, DiffusionVideoModelSpec):
+            raise SpecError(f"a precision override applies to text-to-video models only (model '{md_id}')")
+        if precision not in BYTES_PER_ELEMENT:
+            raise SpecError(f"unknown precision {precision!r} (one of {', '.join(BYTES_PER_ELEMENT)})")
+        sc = sc.model_copy(update={"precision": precision})
     if isinstance(md, DiffusionVideoModelSpec):
         if not isinstance(sc.workload, TextToVideoWorkload):
             raise SpecError(f"scenario '{sc_id}' has workload.kind {sc.workload.kind}; model '{md_id}' needs text_to_video")

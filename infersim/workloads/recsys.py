@@ -10,7 +10,9 @@ score form one sequence of contextual + history + candidate tokens. Per sample:
 - a per-token input MLP (contextual preprocessor);
 - ``n_layers`` HSTU blocks: fused U/V/Q/K projection, pointwise causal attention in which each
   history token attends to the history before it and each candidate to the whole history and
-  itself (target-aware), output projection of 3·heads·linear_dim → embedding_dim;
+  itself (target-aware) through SiLU(q·k) in place of a softmax (an exponential and a
+  reciprocal per score on the special-function unit), output projection of
+  3·heads·linear_dim → embedding_dim;
 - the candidate MLPs (item-embedding MLP and the task head).
 Requests are batched per accelerator; the batch pays the fixed launch and host costs once.
 Offline is the best batch's throughput; Server the highest Poisson rate whose p99 latency
@@ -40,6 +42,12 @@ output LayerNorm and the gating u ⊙ norm(attn), the residual add."""
 ACTIVATION_WIDTHS = 8.0
 """Embedding-width buffers per token alive at once (input, U, V, Q, K, attention output, the
 3-way concatenation); sizes the activation memory per request."""
+
+SILU_SFU_OPS = 2.0
+"""Special-function-unit results per attention score element and head in an HSTU layer: the
+pointwise SiLU(x) = x·σ(x) = x / (1 + e^−x) takes one exponential and one reciprocal
+(generative_recommenders' HSTU attention applies SiLU to q·kᵀ in place of a softmax,
+mlcommons/inference recommendation/dlrm_v3/generative_recommenders/modules/stu.py)."""
 
 SHARD_THRESHOLD_BYTES = 1.0 * GIB
 """Tables above this size are sharded over the system (row-wise); smaller ones are replicated."""
@@ -109,7 +117,9 @@ def batch_cost(model: GenerativeRecommenderSpec, wl: RecommendationWorkload, hw:
     c.gemm(L, e, 3 * m.linear_dim * m.n_heads, p, m.n_layers)
     flops = B * shape.attention_pairs * m.n_heads * 2.0 * (m.qk_dim + m.linear_dim)
     io = L * (uvqk + m.linear_dim * m.n_heads) * HIDDEN_BYTES
-    c.attention(flops, io, p, m.n_layers)
+    # SiLU(q·k) per score element and head: one exponential and one reciprocal on the SFU
+    sfu = B * shape.attention_pairs * m.n_heads * SILU_SFU_OPS
+    c.attention(flops, io, p, m.n_layers, sfu_ops=sfu)
     c.elementwise(ELEMENTWISE_PASSES * L * e * HIDDEN_BYTES, m.n_layers)
     cand = B * shape.candidates
     for k_in, n_out in model.candidate_mlp_layers:

@@ -5,7 +5,8 @@ whole system) or ``latency_s`` (SingleStream percentile latency), ``value`` the 
 Rows need ``version, hardware, model, scenario, accelerators, metric, value``; an optional
 ``scenario_profile`` names the scenario profile (default ``mlperf-MODEL-SCENARIO``). Non-LLM
 models are predicted by ``infersim.workloads``; LLM rows (Qwen3-VL) by ``infersim.api.predict``
-with the row's round preset, whose requests/s is the samples/s. The summary reports the
+with the row's round preset, whose requests/s is the samples/s. A text-to-video row that declares
+a 16- or 8-bit ``precision`` is predicted at it (``declared_precision``). The summary reports the
 median and p90 absolute percentage error per benchmark (model) and per benchmark × scenario.
 """
 
@@ -23,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
+from ..specs import catalog
+from ..specs.workload_models import DiffusionVideoModelSpec
 from .predict import is_workload_model, predict
 
 REQUIRED: tuple[str, ...] = ("version", "hardware", "model", "scenario", "accelerators", "metric", "value")
@@ -114,11 +117,25 @@ def load_metric_rows(path: str | os.PathLike) -> list[MetricRow]:
     return rows
 
 
+DECLARED_PRECISIONS = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "fp8": "fp8"}
+"""A row's declared ``precision`` that names a 16- or 8-bit compute format. Wider declarations
+(the NVIDIA-recipe WAN-2.2 rows declare "fp32", the checkpoint's storage type, while their configs
+run Transformer Engine FP8 attention and linears, shared/reference/mlperf_non_llm.md) and
+unknown ones leave the scenario's precision."""
+
+
+def declared_precision(row: MetricRow) -> str | None:
+    """The compute precision a text-to-video row declares, or None (the scenario's applies)."""
+    return DECLARED_PRECISIONS.get(row.columns.get("precision", "").strip().lower())
+
+
 def predict_row(row: MetricRow) -> None:
     """Fill ``row.predicted`` (or ``row.reason`` when it cannot be predicted)."""
     try:
         if is_workload_model(row.model):
-            p = predict(row.hardware, row.model, row.scenario_profile, row.accelerators)
+            md = catalog.load("model", row.model)
+            prec = declared_precision(row) if isinstance(md, DiffusionVideoModelSpec) else None
+            p = predict(row.hardware, row.model, row.scenario_profile, row.accelerators, precision=prec)
             if not p.feasible:
                 row.reason = p.reason
                 return
