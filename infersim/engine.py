@@ -15,7 +15,7 @@ import numpy as np
 from . import comm, roofline
 from .graph import Layout, OpKind, Shape, build_graph
 from .plan import Plan
-from .units import MS
+from .units import MS, PACKED_BYTES_PER_ELEMENT
 
 KINDS = ("gemm", "attention", "elementwise", "comm", "overhead")
 
@@ -122,6 +122,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
             if op.kind == OpKind.GEMM:
                 maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
                 ce = roofline.gemm_efficiency(op.m, c_eff * maturity, eff.gemm_m_half)
+                if eff.gemm_k_overhead_blocks > 0:
+                    ce = ce * roofline.k_depth_efficiency(op.k, PACKED_BYTES_PER_ELEMENT.get(op.precision, 2.0),
+                                                          eff.gemm_k_overhead_blocks)
                 overlap = eff.gemm_overlap
             else:
                 ce = a_eff if op.kind == OpKind.ATTENTION else c_eff
