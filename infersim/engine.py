@@ -101,7 +101,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     A compute op's time is max(t_tensor, t_memory, t_exp): t_exp = exps / (η_exp · exp_rate) prices
     its softmax exponentials on the special-function unit at ``efficiency.exp_fraction``
     (profiles without ``compute.exp_rate_tera_per_s`` have no such roof). Exponential-bound time
-    counts as compute-bound.
+    counts as compute-bound. A GEMM's compute efficiency is the small-M knee (``gemm_m_half``) times
+    the k-depth share n / (n + ``gemm_k_overhead_blocks``) of its n 128-byte k-blocks per rank
+    (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs.
     """
     hw = plan.hardware
     exp_rate = hw.compute.exp_rate
