@@ -15,7 +15,7 @@ import numpy as np
 from . import comm, roofline
 from .graph import Layout, OpKind, Shape, build_graph
 from .plan import Plan
-from .units import MS
+from .units import MS, PACKED_BYTES_PER_ELEMENT
 
 KINDS = ("gemm", "attention", "elementwise", "comm", "overhead")
 
@@ -101,7 +101,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     A compute op's time is max(t_tensor, t_memory, t_exp): t_exp = exps / (η_exp · exp_rate) prices
     its softmax exponentials on the special-function unit at ``efficiency.exp_fraction``
     (profiles without ``compute.exp_rate_tera_per_s`` have no such roof). Exponential-bound time
-    counts as compute-bound.
+    counts as compute-bound. A GEMM's compute efficiency is the small-M knee (``gemm_m_half``) times
+    the k-depth share n / (n + ``gemm_k_overhead_blocks``) of its n 128-byte k-blocks per rank
+    (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs.
     """
     hw = plan.hardware
     exp_rate = hw.compute.exp_rate
@@ -122,6 +124,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
             if op.kind == OpKind.GEMM:
                 maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
                 ce = roofline.gemm_efficiency(op.m, c_eff * maturity, eff.gemm_m_half)
+                if eff.gemm_k_overhead_blocks > 0:
+                    ce = ce * roofline.k_depth_efficiency(op.k, PACKED_BYTES_PER_ELEMENT.get(op.precision, 2.0),
+                                                          eff.gemm_k_overhead_blocks)
                 overlap = eff.gemm_overlap
             else:
                 ce = a_eff if op.kind == OpKind.ATTENTION else c_eff

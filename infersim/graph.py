@@ -51,6 +51,9 @@ class Op:
     bytes: ArrayLike = 0.0
     precision: str = "bf16"
     m: ArrayLike | None = None
+    k: ArrayLike = 0.0
+    """A GEMM's reduction depth per rank (elements), which sets its k-depth efficiency; 0 for ops
+    that are not tiled GEMMs."""
     collective: Collective | None = None
     group: ArrayLike = 1
     fusable: bool = False
@@ -223,7 +226,7 @@ def gemm(name, m, n, k, count, fmt: Formats, block: str, weight_bytes=None, m_ef
     wbytes = np.where(np.asarray(m) > 0, wbytes, 0.0)  # an empty GEMM is not launched
     traffic = wbytes + m * k * fmt.ab + m * n * HIDDEN_BYTES
     return Op(name, OpKind.GEMM, count, flops=2.0 * m * n * k, bytes=traffic, precision=fmt.gemm,
-              m=m if m_eff is None else m_eff, block=block, grouped=grouped)
+              m=m if m_eff is None else m_eff, k=k, block=block, grouped=grouped)
 
 
 def elementwise(name, elements, count, block: str, passes: float = 2.0) -> Op:

@@ -33,6 +33,24 @@ def gemm_efficiency(m, compute_fraction, m_half):
     return compute_fraction * m / (m + m_half)
 
 
+K_BLOCK_BYTES = 128.0
+"""Bytes of an operand row one GEMM mainloop k-block spans (the TMA 128-byte swizzle)."""
+
+
+def k_depth_efficiency(k, element_bytes, overhead_blocks):
+    """Share of a GEMM's large-K efficiency at reduction depth ``k`` (broadcastable).
+
+    Notes
+    -----
+    n = ⌈k·element_bytes / 128⌉ k-blocks per output tile and a fixed ``overhead_blocks`` (pipeline
+    fill, epilogue) per tile: η_K = n / (n + overhead_blocks). k ≤ 0 (not a tiled GEMM) gives 1.
+    Source: ``efficiency.gemm_k_overhead_blocks`` (DeepGEMM H800 measurements).
+    """
+    k = np.asarray(k, dtype=float)
+    n = np.maximum(np.ceil(k * element_bytes / K_BLOCK_BYTES - 1e-9), 1.0)
+    return np.where(k > 0, n / (n + overhead_blocks), 1.0)
+
+
 def compute_time(flops, flop_rate, efficiency):
     """Seconds to execute ``flops`` at ``efficiency`` × ``flop_rate`` (FLOP/s). Broadcasts."""
     return flops / (efficiency * flop_rate)

@@ -36,6 +36,9 @@ BYTES_PER_ELEMENT: dict[str, float] = {
 }
 """Storage bytes per element for each precision, block scales included (NVIDIA NVFP4 format)."""
 
+PACKED_BYTES_PER_ELEMENT: dict[str, float] = {**BYTES_PER_ELEMENT, "fp6": 0.75, "fp4": 0.5}
+"""Operand bytes per element as a GEMM's tiles hold them (block scales travel separately)."""
+
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp6", "fp4")
 """Precisions known to infersim, widest first."""
 

@@ -355,3 +355,30 @@ def test_unset_mla_decode_fraction_falls_back_to_attention_fraction_bit_for_bit(
     for k, x in _fields(unset).items():
         assert np.array_equal(x, _fields(same)[k]), k
     assert np.all(other.total > unset.total)
+
+
+def test_expert_tp_pays_the_k_depth_term_on_its_sliced_down_projection():
+    # DeepSeek-R1 FP4 experts on 8 B200 at 16,000 decode tokens (500 rows per expert), at a small-GEMM
+    # knee of 906 rows (the order of the fitted Blackwell knees): expert TP8 slices each expert's
+    # 2048-wide intermediate to K 256 (one 128-byte FP4 k-block) where EP8 keeps K 2048 (eight). A
+    # per-tile overhead of 4.1 k-blocks makes the MMA time 5.1x under TP8 and 12.1/8 = 1.51x under
+    # EP8 (compute-bound, so exactly that); TP8's down-projection, memory-bound without the term (it
+    # writes 16-bit partial outputs of every token's eight assignments), turns compute-bound and
+    # more than doubles. The gate/up projection (K 7168) pays 32.1/28 in both layouts.
+    plan = Plan(hardware=B200, model=S.model("deepseek-r1"), formats=Formats("fp4", "fp4", "fp8"))
+    shape = Shape(decode_seqs=16000, decode_ctx=2048)
+    ratios = {}
+    for ep in (8, 1):
+        layout = Layout(tp=8, ep=ep, dp=8)
+        off = step_cost(replace(plan, hardware=_with_efficiency(B200, gemm_m_half=906.0)), layout, shape, detail=True)
+        on = step_cost(replace(plan, hardware=_with_efficiency(B200, gemm_m_half=906.0, gemm_k_overhead_blocks=4.1)),
+                       layout, shape, detail=True)
+        assert off.op_info["experts_gate_up"][1] == "compute" and on.op_info["experts_down"][1] == "compute"
+        for name in ("experts_down", "experts_gate_up"):
+            ratios[ep, name] = float(on.by_op[name]) / float(off.by_op[name])
+        bound_off = off.op_info["experts_down"][1]
+    assert bound_off == "memory"  # expert TP8 without the term
+    assert ratios[8, "experts_down"] == pytest.approx(12.1 / 8, rel=1e-9)
+    assert 2.0 < ratios[1, "experts_down"] < 5.1
+    assert ratios[1, "experts_gate_up"] == pytest.approx(32.1 / 28, rel=1e-9)
+    assert ratios[8, "experts_gate_up"] == pytest.approx(32.1 / 28, rel=1e-9)

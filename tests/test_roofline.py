@@ -171,3 +171,37 @@ def test_partial_overlap_costs_most_near_the_ridge_and_nothing_far_from_it():
     # arrays of overlap broadcast like every other efficiency
     per_point, _, _ = op_time(flops, bytes_moved, 1e15, 1e12, 1.0, 1.0, overlap=np.array([0.0, 0.5, 1.0]))
     assert np.allclose(per_point, [none[0], half[1], ideal[2]])
+
+
+# ---- GEMM k-depth efficiency ------------------------------------------------------------------------
+
+
+def test_k_depth_efficiency_counts_128_byte_k_blocks():
+    # n = ⌈K·bytes/128⌉ k-blocks, η = n / (n + overhead): one FP4 block at K 256 (expert TP8's sliced
+    # DeepSeek-R1 down-projection), eight at K 2048 (the whole expert), four BF16 blocks at K 256
+    eta = roofline.k_depth_efficiency(np.array([256.0, 2048.0, 7168.0]), 0.5, 4.1)
+    assert eta == pytest.approx([1 / 5.1, 8 / 12.1, 28 / 32.1], rel=1e-12)
+    assert roofline.k_depth_efficiency(256.0, 2.0, 4.1) == pytest.approx(4 / 8.1, rel=1e-12)
+    assert roofline.k_depth_efficiency(100.0, 1.0, 4.1) == pytest.approx(1 / 5.1, rel=1e-12)  # a partial block costs one
+    assert roofline.k_depth_efficiency(0.0, 1.0, 4.1) == 1.0  # not a tiled GEMM
+    assert roofline.k_depth_efficiency(256.0, 0.5, 0.0) == 1.0  # term off
+
+
+def test_k_depth_overhead_reproduces_deepgemm_h800_k_sweep():
+    # DeepGEMM FP8 GEMMs on H800 at M 4096 (deepseek-ai/DeepGEMM@327ec92 README, 2025-04-09): TFLOPS at
+    # K 16384 (N 7168), 7168 (N 4096), 2048 (N 7168), 1536 (N 24576) and 512 (N 32768). The profiles'
+    # 4.1 k-blocks comes from the 512/16384 pair; the other three ratios it predicts within 7 %.
+    measured = {16384: 1520.0, 7168: 1410.0, 2048: 1168.0, 1536: 1212.0, 512: 775.0}
+    eta = {k: float(roofline.k_depth_efficiency(k, 1.0, 4.1)) for k in measured}
+    for k, tflops in measured.items():
+        predicted = measured[16384] * eta[k] / eta[16384]
+        assert predicted == pytest.approx(tflops, rel=0.07), k
+    assert measured[16384] * eta[512] / eta[16384] == pytest.approx(775.0, rel=0.01)
+
+
+@given(st.floats(1.0, 1e5), st.floats(1.0, 1e5), st.sampled_from([0.5, 1.0, 2.0]), st.floats(0.0, 16.0))
+def test_k_depth_efficiency_never_falls_with_depth(k1, k2, element_bytes, overhead):
+    lo, hi = sorted((k1, k2))
+    a = roofline.k_depth_efficiency(lo, element_bytes, overhead)
+    b = roofline.k_depth_efficiency(hi, element_bytes, overhead)
+    assert 0.0 < a <= b <= 1.0

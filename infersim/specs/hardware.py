@@ -291,6 +291,18 @@ class EfficiencySpec(Spec):
     gemm_m_half: NonNegativeFloat = Field(default=32.0, le=1e6)
     """GEMM rows (tokens) at which compute efficiency falls to half of compute_fraction; models
     tile under-utilisation of small-M GEMMs: eff(m) = compute_fraction * m / (m + gemm_m_half)."""
+    gemm_k_overhead_blocks: NonNegativeFloat = Field(default=0.0, le=64)
+    """Fixed time per output tile of a GEMM, in mainloop k-blocks (one k-block spans 128 bytes of
+    each operand row: 64 BF16, 128 FP8 or 256 FP4 elements, the TMA 128-byte swizzle width):
+    pipeline fill, scale loads and the epilogue's store, not hidden behind the mainloop. A GEMM whose
+    per-rank reduction depth K takes n = ⌈K / block⌉ k-blocks runs at n / (n + this) of its
+    large-K efficiency. Measured: DeepGEMM's FP8 GEMMs on H800 at M 4096 (README of 2025-04-09,
+    deepseek-ai/DeepGEMM@327ec92) reach 1520 TFLOPS at K 16384, 1410 at 7168, 1212 at 1536, 1168
+    at 2048 and 775 at K 512 (4 k-blocks of 128); the 512/16384 ratio gives 4.1, which predicts the
+    other three within 7 %. The NVIDIA Hopper and Blackwell profiles set 4.1 (TMA-fed tile
+    pipelines; Blackwell's value is not measured); default 0 (off) where no measurement exists. It
+    matters where TP slices a narrow reduction: DeepSeek-R1's expert down-projection under expert
+    TP8 has K 2048/8 = 256, one FP4 k-block."""
     gemm_overlap: float = Field(default=1.0, ge=0, le=1)
     """Share of the shorter of a GEMM's operand-load and MMA times hidden behind the longer one:
     GEMM time = tc + tm − gemm_overlap·min(tc, tm); 1 = the ideal roofline max(tc, tm). Pipeline
