@@ -386,3 +386,61 @@ def test_at_load_takes_the_runs_own_output_length():
         _, _, m = scheduler.operating_point(p.plan, lay, c["replicas"], s, p.inputs.scenario, 80.0, c["max_batch"], 8)
         occ.append((m["occupancy"], m["tpot_p50_s"]))
     assert occ[0][0] < occ[1][0] and occ[0][1] < occ[1][1]
+
+
+# ---- multi-step scheduling (vLLM V0 num_scheduler_steps) ------------------------------------------
+
+MULTI_STEP_GAPS = {  # (steps, budget, load) -> measured miss (model − DES)/DES, seed 3
+    (4, "flat2048", 0.9): "ttft_mean -31 %; ttft_p99 -38 %",
+    (9, "flat2048", 0.9): "ttft_mean -51 %; ttft_p99 -54 %",
+}
+
+
+def _multi_step_params():
+    for steps in (4, 9):
+        for budget in ("none", "flat2048"):
+            for load in LOADS:
+                gap = MULTI_STEP_GAPS.get((steps, budget, load))
+                marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
+                yield pytest.param(steps, budget, load, marks=marks, id=f"steps{steps}-{budget}-load{int(100 * load)}")
+
+
+@pytest.mark.parametrize("steps, budget, load", list(_multi_step_params()))
+def test_multi_step_scheduling_matches_engine_des(steps, budget, load):
+    """Admission only every ``decode_steps`` iterations (one rank, no gate): the closed form's fixed
+    gate period against des.simulate_engine, same tolerances as the ADP grid. A prompt waits for
+    the next scheduler call, uniformly over the period, so TTFT grows with the steps while the
+    iteration cost, and with it TPOT and the throughput, stays as in single-step scheduling."""
+    mnt, chunked = BUDGETS[budget]
+    eng = Engine(max_batch_size=CAP[1], max_num_tokens=mnt, chunked_prefill=chunked, decode_steps=steps)
+    b = np.geomspace(1.0, CAP[1], 160)
+    r = closed(eng, 1, b)
+    rate = np.where(r.ok, r.rate, 0.0)
+    i = int(np.argmax(rate))
+    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
+    m = closed(eng, 1, batch)
+    st = stats()
+    sim = des.simulate_engine(float(m.rate[0]), 1, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
+                              n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
+    assert bool(m.ok[0]) == des_ok(sim)
+    for k, sk in PAIRS.items():
+        mv = batch if k == "occupancy" else float(np.ravel(getattr(m, k))[0])
+        assert mv == pytest.approx(getattr(sim, sk), rel=TOL[k]), k
+    one = closed(dataclasses.replace(eng, decode_steps=1), 1, batch)
+    assert float(m.ttft_mean[0]) > float(one.ttft_mean[0]) * (1.0 + 0.2 * (steps - 1))
+    assert float(m.tpot_mean[0]) == pytest.approx(float(one.tpot_mean[0]), rel=0.05)
+
+
+def test_multi_step_engine_settings_come_from_the_preset():
+    """The v5.1 AMD vLLM runs' multi-step settings (mlperf_engine_settings.csv extra column) reach
+    the engine per hardware and scenario; other hardware and Offline keep single-step scheduling."""
+    from infersim.optimizations.presets import load_preset
+
+    v51 = load_preset("v5.1")
+    assert v51.engine_for("llama2-70b", "server", "mi300x").decode_steps == 9
+    assert v51.engine_for("llama2-70b", "interactive", "mi300x").decode_steps == 8
+    assert v51.engine_for("llama2-70b", "interactive", "mi325x").decode_steps == 1
+    assert v51.engine_for("mixtral-8x7b", "server", "mi325x").decode_steps == 10
+    assert v51.engine_for("llama2-70b", "offline", "mi300x").decode_steps == 1
+    assert v51.engine_for("llama2-70b", "server", "b200").decode_steps == 1
+    assert Engine().decode_steps == 1
