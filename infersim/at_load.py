@@ -161,11 +161,12 @@ class _Systems:
         return self.cache[key]
 
 
-def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None = None) -> dict[str, Any]:
+def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None = None,
+                known_runs: dict | None = None) -> dict[str, Any]:
     """One row's prediction at its scheduled load and its errors (or a reason). ``settings``: runs'
     engine settings (``load_engine_settings``); a matched run is predicted with its own engine
-    (``run_engine``) on its own layout where given (``run_layout``), and flagged when it ran
-    disaggregated."""
+    (``run_engine``) on its own layout where given (``run_layout``). A run found in ``settings`` or
+    ``known_runs`` is flagged when it ran disaggregated."""
     from .graph import Layout
     from .scheduler import operating_point
     from .serving import WorkloadStats
@@ -200,9 +201,12 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
     # KV capacity of the chosen layout: the search's max batch at that point
     samples = _num(cols.get("samples_run"))
     plan = pred.plan
-    run = (settings or {}).get(tuple(cols.get(k, "").strip() for k in RUN_KEY))
+    key = tuple(cols.get(k, "").strip() for k in RUN_KEY)
+    run = (settings or {}).get(key)
     out["run_engine"], out["run_layout"] = run is not None, False
-    out["disaggregated_run"] = bool(run and run.get("serving_mode", "").startswith("disaggregated"))
+    # flagged from the run's config whether or not its settings are used (``known_runs``)
+    known = run if run is not None else (known_runs or {}).get(key)
+    out["disaggregated_run"] = bool(known and known.get("serving_mode", "").startswith("disaggregated"))
     cfg = {k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth", "max_batch")}
     if run is not None:
         from dataclasses import replace
@@ -239,8 +243,9 @@ def validate(path, run_settings: bool = False) -> dict[str, Any]:
     engine settings (``run_engine``) and layout (``run_layout``), else the round preset's engine on
     the search's capacity-best layout."""
     systems = _Systems()
-    settings = load_engine_settings() if run_settings else {}
-    rows = [predict_row(r, systems, settings) for r in load(path)]
+    known = load_engine_settings()  # the runs' configs: flags disaggregated runs in either mode
+    settings = known if run_settings else {}
+    rows = [predict_row(r, systems, settings, known) for r in load(path)]
     done = [r for r in rows if not r["reason"]]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     agg = [r for r in done if not r.get("disaggregated_run")]

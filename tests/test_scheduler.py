@@ -444,3 +444,25 @@ def test_multi_step_engine_settings_come_from_the_preset():
     assert v51.engine_for("llama2-70b", "offline", "mi300x").decode_steps == 1
     assert v51.engine_for("llama2-70b", "server", "b200").decode_steps == 1
     assert Engine().decode_steps == 1
+
+
+def test_validate_at_load_flags_disaggregated_runs_without_run_engine(tmp_path):
+    """A run whose config says it ran disaggregated (NVIDIA's v6.0 GB300 x72 llama2-70b Interactive)
+    is flagged and left out of the aggregated-runs medians also when it is predicted with the
+    round preset's engine."""
+    import csv as _csv
+
+    from infersim import at_load
+
+    rows = list(_csv.DictReader(at_load.bundled_data().open()))
+    keep = [r for r in rows if r["version"] == "v6.0" and r["submitter"] == "NVIDIA" and r["scenario"] == "Interactive"
+            and r["benchmark"] == "llama2-70b-99" and r["system"].startswith("GB300")][:1]
+    assert keep
+    f = tmp_path / "ops.csv"
+    with f.open("w", newline="") as fh:
+        w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(keep)
+    code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
+    assert code == 0 and not d["per_row"][0]["run_engine"] and d["per_row"][0]["disaggregated_run"]
+    assert d["disaggregated_runs"] == d["predicted_rows"] == 1 and d["tpot_p50_median_ape_aggregated_runs"] is None
