@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,8 @@ def run_engine(engine, settings: dict[str, str]):
     """``engine`` (the round preset's) with the run's own settings where its config gives them:
     batch cap (``max_batch_size``: TensorRT-LLM per attention rank, vLLM ``max_num_seqs``), token
     budget (``max_num_tokens`` / ``max_num_batched_tokens``), chunked prefill, the attention-DP gate
-    (only where the run enabled attention DP), explicit CUDA-graph sizes and ``stream_interval``.
+    (only where the run enabled attention DP), explicit CUDA-graph sizes, ``stream_interval`` and
+    vLLM's ``num_scheduler_steps`` (``extra`` column).
     Inputs of the run, never its measured results."""
     from dataclasses import replace
 
@@ -85,6 +87,9 @@ def run_engine(engine, settings: dict[str, str]):
         kw["graph_sizes"] = sizes
     if num("stream_interval"):
         kw["stream_interval"] = int(num("stream_interval"))
+    steps = re.search(r"(?:^|;)\s*num_scheduler_steps=(\d+)", settings.get("extra", ""))
+    if steps:  # vLLM V0 multi-step scheduling (the AMD v5.1 configs, recorded in ``extra``)
+        kw["decode_steps"] = int(steps.group(1))
     return replace(engine, **kw)
 
 

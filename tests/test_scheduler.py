@@ -300,6 +300,8 @@ def test_run_engine_takes_the_runs_own_settings():
     runs = at_load.load_engine_settings()
     amd = runs[("v5.1", "AMD", "8xMI300X_2xEPYC_9575F", "llama2-70b-99", "Interactive")]
     assert at_load.run_engine(Engine(), amd).max_num_tokens == 40960
+    assert at_load.run_engine(Engine(), amd).decode_steps == 8  # extra: num_scheduler_steps=8
+    assert at_load.run_engine(Engine(), {"extra": "block_size=16; async_scheduling=True"}).decode_steps == 1
 
 
 def test_validate_at_load_run_engine_flag(tmp_path):
