@@ -9,7 +9,9 @@ benchmark name without its accuracy suffix (``llama2-70b-99.9`` → ``llama2-70b
 
 Per row: the capacity-best aggregated configuration of the row's round preset
 (``api.predict(..., disable=["disagg"])``, shared by rows with the same system) is run at
-``scheduled_samples_per_s`` (``scheduler.operating_point``). Errors: TPOT p50 and p99 as signed
+``scheduled_samples_per_s`` (``scheduler.operating_point``) with the scenario's output lengths
+scaled to the run's own mean, ``tokens_per_sample`` (``run_output_lengths``: NVIDIA's llama2-70b
+runs generate 274 tokens per sample, AMD's 300, the scenario's reference 294). Errors: TPOT p50 and p99 as signed
 percentages, TTFT p99 in seconds. Rates: the steady-state output rate is qps × mean OSL; loadgen's
 *completed* rate divides the tokens by the issue time plus the last query's latency,
 completed = steady × issue / (issue + latency), issue = samples_run / qps, latency = predicted mean
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -60,7 +63,8 @@ def run_engine(engine, settings: dict[str, str]):
     """``engine`` (the round preset's) with the run's own settings where its config gives them:
     batch cap (``max_batch_size``: TensorRT-LLM per attention rank, vLLM ``max_num_seqs``), token
     budget (``max_num_tokens`` / ``max_num_batched_tokens``), chunked prefill, the attention-DP gate
-    (only where the run enabled attention DP), explicit CUDA-graph sizes and ``stream_interval``.
+    (only where the run enabled attention DP), explicit CUDA-graph sizes, ``stream_interval`` and
+    vLLM's ``num_scheduler_steps`` (``extra`` column).
     Inputs of the run, never its measured results."""
     from dataclasses import replace
 
@@ -83,6 +87,9 @@ def run_engine(engine, settings: dict[str, str]):
         kw["graph_sizes"] = sizes
     if num("stream_interval"):
         kw["stream_interval"] = int(num("stream_interval"))
+    steps = re.search(r"(?:^|;)\s*num_scheduler_steps=(\d+)", settings.get("extra", ""))
+    if steps:  # vLLM V0 multi-step scheduling (the AMD v5.1 configs, recorded in ``extra``)
+        kw["decode_steps"] = int(steps.group(1))
     return replace(engine, **kw)
 
 
@@ -124,6 +131,23 @@ def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict
     return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
 
 
+def run_output_lengths(stats, tokens_per_sample: float | None):
+    """``stats`` with its output lengths scaled to the run's own mean, ``tokens_per_sample``
+    (LoadGen's generated tokens per sample of that run: what the submitted model wrote for the
+    dataset, an input of the load, not a latency). The scenario's OSL distribution keeps its shape;
+    the load in tokens is qps × this mean, and each request holds its decode slot that many
+    iterations (Little's law), so near the engine's plateau a few per cent here move the occupancy
+    that carries the rate a lot. Unchanged where the column is missing."""
+    from dataclasses import replace
+
+    if not tokens_per_sample or not tokens_per_sample > 0:
+        return stats
+    k = float(tokens_per_sample) / stats.osl_mean
+    return replace(stats, osl_mean=stats.osl_mean * k, osl_sq=stats.osl_sq * k * k, osl_points=stats.osl_points * k,
+                   osl_p99=stats.osl_p99 * k,
+                   isl_osl_mean=None if stats.isl_osl_mean is None else stats.isl_osl_mean * k)
+
+
 class _Systems:
     """Capacity-best aggregated configuration per (preset, hardware, model, scenario, accelerators)."""
 
@@ -142,11 +166,12 @@ class _Systems:
         return self.cache[key]
 
 
-def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None = None) -> dict[str, Any]:
+def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None = None,
+                known_runs: dict | None = None) -> dict[str, Any]:
     """One row's prediction at its scheduled load and its errors (or a reason). ``settings``: runs'
     engine settings (``load_engine_settings``); a matched run is predicted with its own engine
-    (``run_engine``) on its own layout where given (``run_layout``), and flagged when it ran
-    disaggregated."""
+    (``run_engine``) on its own layout where given (``run_layout``). A run found in ``settings`` or
+    ``known_runs`` is flagged when it ran disaggregated."""
     from .graph import Layout
     from .scheduler import operating_point
     from .serving import WorkloadStats
@@ -176,13 +201,17 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
         out["reason"] = pred if isinstance(pred, str) else f"infeasible at capacity: {pred.reason}"
         return out
     c = pred.config
-    stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
+    stats = run_output_lengths(WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model),
+                               _num(cols.get("tokens_per_sample")))
     # KV capacity of the chosen layout: the search's max batch at that point
     samples = _num(cols.get("samples_run"))
     plan = pred.plan
-    run = (settings or {}).get(tuple(cols.get(k, "").strip() for k in RUN_KEY))
+    key = tuple(cols.get(k, "").strip() for k in RUN_KEY)
+    run = (settings or {}).get(key)
     out["run_engine"], out["run_layout"] = run is not None, False
-    out["disaggregated_run"] = bool(run and run.get("serving_mode", "").startswith("disaggregated"))
+    # flagged from the run's config whether or not its settings are used (``known_runs``)
+    known = run if run is not None else (known_runs or {}).get(key)
+    out["disaggregated_run"] = bool(known and known.get("serving_mode", "").startswith("disaggregated"))
     cfg = {k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth", "max_batch")}
     if run is not None:
         from dataclasses import replace
@@ -219,8 +248,9 @@ def validate(path, run_settings: bool = False) -> dict[str, Any]:
     engine settings (``run_engine``) and layout (``run_layout``), else the round preset's engine on
     the search's capacity-best layout."""
     systems = _Systems()
-    settings = load_engine_settings() if run_settings else {}
-    rows = [predict_row(r, systems, settings) for r in load(path)]
+    known = load_engine_settings()  # the runs' configs: flags disaggregated runs in either mode
+    settings = known if run_settings else {}
+    rows = [predict_row(r, systems, settings, known) for r in load(path)]
     done = [r for r in rows if not r["reason"]]
     med = lambda xs: statistics.median(xs) if xs else None  # noqa: E731
     agg = [r for r in done if not r.get("disaggregated_run")]

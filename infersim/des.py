@@ -306,7 +306,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     of variation ``arrival_scv`` otherwise) into an engine of ``d`` attention ranks.
 
     Each arrival joins a rank chosen uniformly at random and waits there (FCFS). Every iteration
-    starts with the admission decision: with the gate on (d > 1, ``engine.gate_timeout_iters`` > 0)
+    starts with the admission decision: with ``engine.decode_steps`` = n > 1 (multi-step scheduling)
+only every n-th iteration admits (or any iteration while nothing runs); with the gate on (d > 1, ``engine.gate_timeout_iters`` > 0)
     TensorRT-LLM's attention-DP counters — if every rank has a waiting prompt and a free slot, the
     timeout counter resets and, while every rank also has a running sequence, admission is held
     ``gate_wait_iters`` iterations; otherwise the timeout counter grows and admission happens
@@ -341,6 +342,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     gate = d > 1 and engine.gate_timeout_iters > 0
     sizes = list(engine.graph_sizes) if engine.graph_sizes else None
     T, W = engine.gate_timeout_iters, engine.gate_wait_iters
+    steps = max(int(getattr(engine, "decode_steps", 1)), 1)
     from collections import deque
     import heapq
 
@@ -370,7 +372,9 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
             continue
         has_ctx = [len(w) > 0 for w in waiting]
         if not gate:
-            admit = True
+            # multi-step scheduling: admission only at the first iteration of each group of
+            # ``decode_steps`` iterations, or at once when the engine has nothing running
+            admit = k % steps == 0 or sum(running) == 0
         else:
             all_gen = all(r > 0 for r in decoding)
             if all(has_ctx) and all(r < cap for r in running):

@@ -83,6 +83,9 @@ class Engine:
     rank has one (0: gate off, prompts are admitted every iteration)."""
     gate_wait_iters: int = 0
     """Attention-DP admission gate: extra iterations held once every rank has a waiting prompt."""
+    decode_steps: int = 1
+    """Multi-step scheduling (vLLM V0 ``num_scheduler_steps``): the scheduler runs once every this
+    many decode iterations, so waiting prompts are admitted only then (1: every iteration)."""
     graph_sizes: tuple[int, ...] | None = None
     """Per-rank decode batch sizes with a captured CUDA graph, ascending (None: every size)."""
     stream_interval: int = 1

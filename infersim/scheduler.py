@@ -418,9 +418,12 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None):
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
     on = (d > 1) & (e.gate_timeout_iters > 0)
+    # gate off: a context iteration every ``decode_steps`` iterations (multi-step scheduling: the
+    # scheduler, and with it admission, runs once per group of that many decode iterations)
+    steps = float(max(int(getattr(e, "decode_steps", 1)), 1))
     if not np.any(on):
         z = np.zeros(np.broadcast(batch, d).shape)
-        return z + 1.0, z, z
+        return z + steps, z, z
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
     p_busy, keep = 1.0 - p_idle, 1.0 - carried
@@ -448,7 +451,7 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None):
         m3 += idle * k**3
         alive = rest * (1.0 - h_idle)
         f_prev = f
-    m1 = np.where(on, m1, 1.0)
+    m1 = np.where(on, m1, steps)
     var = np.where(on, np.maximum(m2 - m1 * m1, 0.0), 0.0)
     mu3 = np.where(on, m3 - 3.0 * m1 * var - m1**3, 0.0)
     return m1, var, mu3
@@ -829,10 +832,10 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         ttft_mean = busy * (b_mean + k_mean * c_full) + idle * i_mean
         comps = [(w0, m0, b_var), (w1, m1, v1)]
     ttft_p, ttft_p50 = _two_gamma_quantiles(*comps[0], *comps[1], (q, 0.5))
-    gated = np.broadcast_to(np.asarray(vg) > 0, np.shape(ttft_p))
+    gated = np.broadcast_to((np.asarray(vg) > 0) | (np.asarray(eg) > 1), np.shape(ttft_p))
     if np.any(gated):
-        # gated: a prompt waits for the next context iteration, uniformly over a period that the
-        # timeout bounds (not a gamma's tail): each component is U·C* + a gamma of the rest, C* the
+        # gated (or multi-step: a fixed period of E[G] iterations): a prompt waits for the next
+        # context iteration, uniformly over a period that the timeout bounds (not a gamma's tail): each component is U·C* + a gamma of the rest, C* the
         # mean length-biased period; the idle engine's component is a gamma alone
         sel = np.nonzero(gated)
         pick = lambda a: np.broadcast_to(a, gated.shape)[sel]  # noqa: E731
@@ -890,7 +893,8 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
             # the longest prompt must fit beside the rank's decode tokens (else it blocks its rank,
             # FCFS), and prompt tokens must arrive slower than one free budget per iteration;
             # prompts that together overflow a context iteration only wait for the next one
-            fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean < free)
+            # (multi-step: the prompts of ``decode_steps`` iterations come in one context iteration)
+            fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean * max(int(e.decode_steps), 1) < free)
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
 

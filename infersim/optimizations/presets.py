@@ -50,6 +50,9 @@ class EngineFields(Spec):
     """Attention-DP admission gate timeout, iterations (0: gate off)."""
     adp_batching_wait_iters: int | None = Field(default=None, ge=0, le=10_000)
     """Attention-DP admission gate extra wait once every rank has a prompt, iterations."""
+    num_scheduler_steps: int | None = Field(default=None, ge=1, le=64)
+    """vLLM V0 multi-step scheduling: decode iterations per scheduler call; prompts are admitted
+    only at a call (``plan.Engine.decode_steps``; 1 or unset: every iteration)."""
     cuda_graph_batch_sizes: list[int] | None = None
     """Captured per-rank decode batch sizes (empty list: no graphs; absent: every size)."""
     stream_interval: int | None = Field(default=None, ge=1, le=100_000)
@@ -201,6 +204,7 @@ class PresetSpec(Spec):
         return Engine(max_batch_size=d.get("max_batch_size"), max_num_tokens=d.get("max_num_tokens"),
                       chunked_prefill=d.get("chunked_prefill", True),
                       gate_timeout_iters=d.get("adp_timeout_iters", 0), gate_wait_iters=d.get("adp_batching_wait_iters", 0),
+                      decode_steps=d.get("num_scheduler_steps", 1),
                       graph_sizes=None if sizes is None else tuple(sorted(sizes)),
                       stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
                       host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
