@@ -1,7 +1,7 @@
 """Qwen3-VL Server runs at their measured load: the model's mean latency and occupancy against
 the run logs' (``data/mlperf_operating_points.csv``), per run, and the Offline error beside it.
 
-    python benchmarks/qwen3_vl_at_load.py
+    python benchmarks/qwen3_vl_at_load.py [--des]
 
 Per Server run: the capacity-best configuration of ``infersim run`` is predicted at the run's
 scheduled samples/s (``api.predict(..., qps=)``, as ``infersim run --qps``), and compared with
@@ -11,6 +11,12 @@ same load is about Δ / OSL per iteration: ``gap/iter ms`` prints that estimate 
 per iteration the model lacks at that load (the output length is the scenario's mean, 46 tokens).
 The Offline column is the model's signed error on the same system's Offline row.
 
+With ``--des`` each run is also simulated (``des.simulate_engine``: one instance at the run's load per
+instance, the decode iteration and the prefill cost per prompt token priced by the model's step
+cost for the capacity-best layout, the scenario's prompt and output mixes) with the waiting
+prompts in arrival order and shortest prompt first (the recipes' ``--scheduling-policy=sjf``):
+its mean and p99 end-to-end latency against the log's.
+
 Nothing is fitted here and nothing is written; the figures are printed.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import statistics
+import sys
 from pathlib import Path
 
 from infersim import api
@@ -63,6 +70,38 @@ def little_gap_per_iteration_ms(measured_latency_s: float, model_latency_s: floa
     return 1e3 * (measured_latency_s - model_latency_s) / osl
 
 
+def des_latency(hw: str, n: int, load: float, policies=("fcfs", "sjf"), n_requests: int = 6000) -> dict:
+    """Simulated (mean, p99) end-to-end latency, s, per policy, at ``load`` samples/s on ``n`` GPUs."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from infersim import des
+    from infersim.engine import step_cost
+    from infersim.graph import Shape
+    from infersim.serving import WorkloadStats
+    from infersim.specs import catalog
+
+    scenario = catalog.load("scenario", "mlperf-qwen3-vl-235b-a22b-server")
+    pred = api.predict(hw, MODEL, "mlperf-qwen3-vl-235b-a22b-server", n)
+    res, (i, _) = pred.result, pred.index
+    plan, layout = res.plan, res.layout_at(i)
+    st = WorkloadStats.from_workload(scenario.workload, catalog.load("model", MODEL))
+    rows = np.arange(0, 1025, dtype=float)
+    t_dec = step_cost(plan, layout, Shape(decode_seqs=np.maximum(rows, 1.0), decode_ctx=st.context_mean)).total
+    base = Shape(decode_seqs=32.0, decode_ctx=st.context_mean)
+    one = replace(base, prefill_seqs=1.0, prefill_len=st.isl_mean, prefill_len_sq=st.isl_sq,
+                  prefill_patches=st.vision_patches, prefill_patches_sq=st.vision_patches_sq)
+    s_tok = float((step_cost(plan, layout, one).total - step_cost(plan, layout, base).total) / st.isl_mean)
+    out = {}
+    for policy in policies:
+        r = des.simulate_engine(load / pred.config["replicas"], int(layout.dp), plan.engine,
+                                lambda k: np.interp(k, rows, t_dec), s_tok, (st.isl_points, st.isl_probs),
+                                scenario.workload.osl.support, n_requests=n_requests, seed=1, policy=policy)
+        out[policy] = (r.e2e_mean, r.e2e_p)
+    return out
+
+
 def main() -> None:
     offline = offline_rows()
     print(f"{'submitter':14} {'hardware':12} {'n':>2} {'load/s':>7} {'lat meas':>8} {'lat model':>9} "
@@ -88,6 +127,19 @@ def main() -> None:
     print()
     for hw, g in gaps.items():
         print(f"{hw:12} median gap per iteration at the measured load: {statistics.median(g):6.1f} ms")
+    if "--des" not in sys.argv:
+        return
+    print("\nend-to-end latency at the measured load, s (mean / p99, p99/mean): log, engine DES fcfs, sjf")
+    for r in server_runs():
+        hw = hardware_of(r["system"])
+        if hw is None:
+            continue
+        load = float(r["scheduled_samples_per_s"] or r["completed_samples_per_s"])
+        mean, p99 = float(r["lat_mean_ms"]) / 1e3, float(r["lat_p99_ms"]) / 1e3
+        sim = des_latency(hw, int(r["total_accelerators"]), load)
+        cells = [f"{mean:5.2f} / {p99:5.2f} ({p99 / mean:4.2f})"] + \
+            [f"{m:5.2f} / {p:5.2f} ({p / m:4.2f})" for m, p in (sim["fcfs"], sim["sjf"])]
+        print(f"{r['submitter'][:14]:14} {hw:12} " + "   ".join(cells))
 
 
 if __name__ == "__main__":
