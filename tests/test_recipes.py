@@ -5,6 +5,7 @@ v6.0 qwen3-vl rows and the vLLM command lines cited in presets/v6.0.yaml)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -140,6 +141,38 @@ def test_recipe_fields_are_validated():
     data["engine"]["models"][VL]["stack"] = "vllm"
     data["engine"]["models"][VL]["disable"] = ["overlap", "dbo"]
     with pytest.raises(SpecError, match="disable.*unknown optimization.*dbo"):
+        validate_data(PresetSpec, data, file="x.yaml")
+
+
+def test_vllm_keeps_its_norms_residual_adds_and_rope_as_memory_kernels():
+    # vLLM fuses elementwise ops with each other (fused_add_rms_norm, fused_qk_norm_rope, the activation
+    # inside FlashInfer's fused MoE), not into GEMM epilogues as TensorRT-LLM does
+    from infersim.engine import step_cost
+    from infersim.optimizations.fusion import Fusion
+
+    shape = Shape(decode_seqs=100, decode_ctx=2000, prefill_seqs=2, prefill_len=2144, prefill_len_sq=5e6)
+    vl = api.base_plan(*_query("b200", 8))
+    assert vl.engine.fused_elementwise == ("qk_norm", "experts_act")
+    q = api.Query.build("b200", "qwen3-235b-a22b", "mlperf-llama2-70b-offline", 8, round="v6.0")
+    trt = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    assert trt.engine.fused_elementwise is None
+    for plan, kept in ((vl, {"rope", "input_norm", "post_attn_norm", "residual_add"}), (trt, set())):
+        fused = Fusion().apply(plan)
+        ops = {k for k, (kind, _) in step_cost(fused, Layout(), shape, detail=True).op_info.items()
+               if kind == "elementwise"}
+        assert {"rope", "input_norm", "post_attn_norm", "residual_add"} & ops == kept
+        assert not ops & {"qk_norm", "experts_act"}
+    # the kept passes cost the vLLM step memory time: a slower step than with every op folded
+    everything = replace(vl, engine=replace(vl.engine, fused_elementwise=None))
+    t_vllm = step_cost(Fusion().apply(vl), Layout(), shape).total
+    t_all = step_cost(Fusion().apply(everything), Layout(), shape).total
+    assert float(t_vllm) > float(t_all)
+
+
+def test_fused_elementwise_names_graph_ops():
+    data = load_preset("v6.0").model_dump(mode="json", exclude_none=True)
+    data["engine"]["models"][VL]["fused_elementwise"] = ["qk_norm", "gelu"]
+    with pytest.raises(SpecError, match="fused_elementwise"):
         validate_data(PresetSpec, data, file="x.yaml")
 
 
