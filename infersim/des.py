@@ -26,6 +26,7 @@ independent of the output length.
 
 from __future__ import annotations
 
+import heapq
 import time
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
@@ -297,17 +298,49 @@ class EngineDes:
     """A prompt did not fit, alone, the budget left beside its rank's decode tokens (non-chunked)."""
     n_requests: int
     wall_s: float
+    e2e_mean: float = float("nan")
+    """Mean arrival-to-last-token time of the measured requests, s."""
+    e2e_p: float = float("nan")
+    """Its ``percentile`` quantile, s."""
+    e2e_p50: float = float("nan")
+
+
+class ShortestFirst:
+    """A rank's waiting prompts served shortest prompt first (vLLM ``--scheduling-policy=sjf`` as
+    the v6.0 Qwen3-VL recipes run it), ties in arrival order; the deque interface the DES uses."""
+
+    def __init__(self, key):
+        self._key, self._heap = key, []
+
+    def append(self, req):
+        heapq.heappush(self._heap, (float(self._key[req]), req))
+
+    def popleft(self):
+        return heapq.heappop(self._heap)[1]
+
+    def __getitem__(self, i):
+        if i != 0:
+            raise IndexError("only the head of a waiting queue is read")
+        return self._heap[0][1]
+
+    def __len__(self):
+        return len(self._heap)
+
+    def __iter__(self):
+        return (req for _, req in self._heap)
 
 
 def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl: tuple, osl: tuple, L: float = 1.0, *,
                     n_requests: int = 20000, percentile: float = 99.0, seed: int = 0, dq: float = 1.0,
-                    warmup_frac: float = 0.15, arrival_scv: float = 1.0) -> EngineDes:
+                    warmup_frac: float = 0.15, arrival_scv: float = 1.0, policy: str = "fcfs") -> EngineDes:
     """Simulate renewal arrivals at ``rate`` (Poisson by default; gamma gaps of squared coefficient
     of variation ``arrival_scv`` otherwise) into an engine of ``d`` attention ranks.
 
-    Each arrival joins a rank chosen uniformly at random and waits there (FCFS). Every iteration
-    starts with the admission decision: with ``engine.decode_steps`` = n > 1 (multi-step scheduling)
-only every n-th iteration admits (or any iteration while nothing runs); with the gate on (d > 1, ``engine.gate_timeout_iters`` > 0)
+    Each arrival joins a rank chosen uniformly at random and waits there, in arrival order
+    (``policy`` "fcfs") or shortest prompt first ("sjf", ``ShortestFirst``). Every iteration
+    starts with the admission decision: with ``engine.decode_steps`` = n > 1 (multi-step
+    scheduling) only every n-th iteration admits (or any iteration while nothing runs); with the
+    gate on (d > 1, ``engine.gate_timeout_iters`` > 0)
     TensorRT-LLM's attention-DP counters — if every rank has a waiting prompt and a free slot, the
     timeout counter resets and, while every rank also has a running sequence, admission is held
     ``gate_wait_iters`` iterations; otherwise the timeout counter grows and admission happens
@@ -344,9 +377,10 @@ only every n-th iteration admits (or any iteration while nothing runs); with the
     T, W = engine.gate_timeout_iters, engine.gate_wait_iters
     steps = max(int(getattr(engine, "decode_steps", 1)), 1)
     from collections import deque
-    import heapq
 
-    waiting = [deque() for _ in range(d)]
+    if policy not in ("fcfs", "sjf"):
+        raise ValueError(f"policy must be 'fcfs' or 'sjf' (got {policy!r})")
+    waiting = [deque() if policy == "fcfs" else ShortestFirst(plen) for _ in range(d)]
     running = [0] * d      # admitted, not finished (context or decode)
     decoding = [0] * d     # in decode phase
     chunk_left = [None] * d  # (request, tokens left) of a chunked prompt in progress per rank
@@ -477,6 +511,7 @@ only every n-th iteration admits (or any iteration while nothing runs); with the
         k += 1
     sel = (arr >= w0) & (arr < horizon * (1.0 + warmup_frac) * 0.95) & np.isfinite(done)
     ttft = (first - arr)[sel]
+    e2e = (done - arr)[sel]
     dec = sel & (m > 0)
     tpot = (done - first)[dec] / (m[dec] * L)
     if len(ttft) == 0 or len(tpot) == 0:  # nothing measured finished: the engine is stuck or saturated
@@ -490,4 +525,7 @@ only every n-th iteration admits (or any iteration while nothing runs); with the
                      iteration_mean=it_time_sum / max(it_count, 1), gate_iters=float(np.mean(gaps)) if gaps else 1.0,
                      busiest_prompt_tokens=float(np.mean(big_tokens)) if big_tokens else 0.0,
                      slot_wait_share=float(slot_wait[sel].mean()) if sel.any() else float('nan'), budget_spill_share=n_spill / max(n_adm_iters, 1),
-                     blocked=bool(blocked), n_requests=int(sel.sum()), wall_s=time.perf_counter() - t0)
+                     blocked=bool(blocked), n_requests=int(sel.sum()), wall_s=time.perf_counter() - t0,
+                     e2e_mean=float(e2e.mean()) if len(e2e) else float("inf"),
+                     e2e_p=float(np.percentile(e2e, q)) if len(e2e) else float("inf"),
+                     e2e_p50=float(np.median(e2e)) if len(e2e) else float("inf"))

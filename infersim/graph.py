@@ -8,6 +8,7 @@ Layer counts become the op's ``count`` (layers per pipeline stage).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -510,6 +511,24 @@ VISION_PATCH_PIXELS = 16 * 16
 """Pixels per vision-encoder patch (Qwen3-VL: 16x16 patches before the 2x2 merge)."""
 
 
+FP8_VISION_ATTENTION_HEAD_ALIGN = 16
+"""Head dimension multiple of the fp8 vision-encoder attention kernel: vLLM's fp8 ViT attention
+(``VLLM_MM_ENCODER_FP8_ATTN``, FlashInfer's cuDNN prefill) needs head_dim a multiple of 16 and pads
+Q/K/V up to it, e.g. Qwen3-VL's 72 to 80 (vllm-project/vllm
+vllm/model_executor/models/vision.py ``get_fp8_padded_hidden_size``: "cuDNN FP8 prefill attention
+requires head_dim to be a multiple of 16"; tests/kernels/attention, the FP8 ViT path "quantize ->
+cuDNN -> un-pad", padded_dim = round_up(head_dim, 16))."""
+
+
+def vision_attention_head_dim(head_dim: float, precision: str) -> float:
+    """Head dimension the vision encoder's attention kernel computes on: padded up to
+    ``FP8_VISION_ATTENTION_HEAD_ALIGN`` in fp8, the model's own in 16 bit."""
+    if precision != "fp8":
+        return float(head_dim)
+    align = FP8_VISION_ATTENTION_HEAD_ALIGN
+    return float(math.ceil(head_dim / align) * align)
+
+
 def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> list[Op]:
     """Vision encoder for the step's prompts (ViT over each image's patches), once per step.
 
@@ -521,7 +540,9 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     image: 4·P²·h FLOPs per layer, costed as an attention kernel; over a mix of image sizes that
     is 4·E[P²]·h, so a few large images weigh far more than their share of patches, computed in
     ``fmt.vision_attention`` (16 bit by default), with one softmax exponential per patch pair per
-    head (4·h/heads FLOPs per exp). 16-bit weights are read once per step. Runs on
+    head (4·h/heads FLOPs per exp); in fp8 the kernel works on heads padded to a multiple of 16
+    (``vision_attention_head_dim``: Qwen3-VL's 72 as 80), which the tensor FLOPs and the Q/K/V/O
+    bytes carry, the exponentials not. 16-bit weights are read once per step. Runs on
     the attention ranks (data parallel under attention DP); averaged over pipeline stages like
     the head. Within an attention rank's tensor-parallel group the encoder is sharded like the
     language model (vLLM's default ``mm_encoder_tp_mode`` 'weights': the blocks' and mergers'
@@ -540,10 +561,12 @@ def vision_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats) -> 
     merge = v.pixels_per_token / VISION_PATCH_PIXELS
     linear = (2.0 * block_params * patches + 2.0 * merger_params * patches / merge) / a
     scores = prompts * patches_sq * v.n_heads * v.n_layers / a
-    attn = 4.0 * scores * (v.hidden_size / v.n_heads)
+    head_dim = v.hidden_size / v.n_heads
+    pad = vision_attention_head_dim(head_dim, fmt.vision_attention) / head_dim
+    attn = 4.0 * scores * head_dim * pad
     weights = np.where(np.asarray(patches) > 0, v.params_b * 1e9 * HIDDEN_BYTES / a, 0.0)
     act = patches * (v.hidden_size * 6 + v.intermediate_size * 2) * HIDDEN_BYTES * v.n_layers / a
-    qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers / a
+    qkvo = patches * 4.0 * v.hidden_size * HIDDEN_BYTES * v.n_layers / a * pad
     return [Op("vision_encoder", OpKind.GEMM, 1.0 / layout.pp, flops=linear, bytes=weights + act, precision="bf16",
                m=np.maximum(per_prompt, 1.0), block="vision"),
             Op("vision_attention", OpKind.ATTENTION, 1.0 / layout.pp, flops=attn, bytes=qkvo, precision=fmt.vision_attention,

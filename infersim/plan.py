@@ -96,6 +96,9 @@ class Engine:
     """Host time per streamed response chunk, serial with the iteration: the engine's executor
     loop builds and sends one response per running sequence every ``stream_interval`` tokens
     (0: a response path off the iteration's critical path, e.g. the C++ executor)."""
+    fused_elementwise: tuple[str, ...] | None = None
+    """Elementwise ops (by name) the stack's kernels absorb under ``fusion``; the rest stay their
+    own memory-bound kernels (None: every fusable one is absorbed)."""
 
     @property
     def graph_max(self) -> float | None:

@@ -404,3 +404,61 @@ def test_held_out_round_is_between_its_fitted_neighbours():
     assert held_out_round(result, "v5.0")["kernel_efficiency"] == pytest.approx((0.8 * 1.0) ** 0.5)
     assert held_out_round(result, "v7.0")["kernel_efficiency"] == pytest.approx(1.25)  # no newer: no gain assumed
     assert held_out_round(result, "v4.0")["kernel_efficiency"] == pytest.approx(0.8)
+
+
+def _die_folder(tmp_path, **kernels_as):
+    """Pinned profiles in a user folder, ``kernels_as`` set as given (profile -> sibling)."""
+    from infersim.specs import dump_spec
+    from strategies import pinned
+
+    root = tmp_path / "hardware_profiles"
+    root.mkdir(parents=True)
+    for hw_id in ("h100-sxm", "h200-sxm"):
+        hw = pinned(catalog.load("hardware", hw_id))
+        if hw_id in kernels_as:
+            hw = with_efficiency(hw, kernels_as=kernels_as[hw_id])
+        (root / f"{hw_id}.yaml").write_text(dump_spec(hw))
+    return root.parent
+
+
+def test_profiles_on_one_die_fit_one_kernel_efficiency_and_their_own_host_cost(tmp_path, monkeypatch):
+    # rows generated with different compute fractions (0.55 and 0.70): tied, the two profiles get one
+    # value between them from both's rows; untied, each recovers its own
+    rows = synthetic_rows("h100-sxm", {"compute_fraction": 0.55}, keys=KEYS[:5]) + \
+        synthetic_rows("h200-sxm", {"compute_fraction": 0.70}, keys=KEYS[:5])
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path, **{"h200-sxm": "h100-sxm"})))
+    tied = accuracy.calibrate(rows, fit_rounds=False, parameters=("compute_fraction", "step_overhead_ms"),
+                              prior_weight=0.0, max_nfev=20)
+    c100, c200 = (tied.hardware[h]["compute_fraction"] for h in ("h100-sxm", "h200-sxm"))
+    assert c100 == c200 and 0.56 < c100 < 0.69
+    # the host cost per step stays each profile's own parameter
+    assert {"h100-sxm.step_overhead_ms", "h200-sxm.step_overhead_ms"} <= set(tied.parameters)
+    assert any("h200-sxm carries h100-sxm's die" in n for n in tied.notes)
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path / "own")))
+    own = accuracy.calibrate(rows, fit_rounds=False, parameters=("compute_fraction", "step_overhead_ms"),
+                             prior_weight=0.0, max_nfev=20)
+    assert own.hardware["h100-sxm"]["compute_fraction"] == pytest.approx(0.55, rel=0.03)
+    assert own.hardware["h200-sxm"]["compute_fraction"] == pytest.approx(0.70, rel=0.03)
+
+
+def test_kernels_as_must_name_a_profile_and_not_loop(tmp_path, monkeypatch):
+    from infersim.accuracy.fit import die_sharing
+    from infersim.accuracy.runner import Runner
+
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path / "a", **{"h200-sxm": "no-such-gpu"})))
+    with pytest.raises(SpecError, match="kernels_as 'no-such-gpu'"):
+        die_sharing(Runner(), ["h200-sxm"])
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path / "b", **{"h200-sxm": "h100-sxm",
+                                                                         "h100-sxm": "h200-sxm"})))
+    with pytest.raises(SpecError, match="cycle"):
+        die_sharing(Runner(), ["h200-sxm"])
+    # a sibling without rows in the fit: no tie, and a note says so
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path / "c", **{"h200-sxm": "h100-sxm"})))
+    share, notes = die_sharing(Runner(), ["h200-sxm"])
+    assert share == {} and "no rows in this fit" in notes[0]
+    assert die_sharing(Runner(), ["h100-sxm", "h200-sxm"])[0] == {"h200-sxm": "h100-sxm"}
+
+
+def test_shipped_nvl72_profiles_carry_their_hgx_siblings_die():
+    assert catalog.load_hardware("gb200-nvl72").efficiency.kernels_as == "b200"
+    assert catalog.load_hardware("gb300-nvl72").efficiency.kernels_as == "b300"

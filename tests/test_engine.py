@@ -260,8 +260,8 @@ def test_head_72_vision_attention_in_fp8_waits_on_the_exponential_unit_on_b200()
             times[hw is B200, fmt] = _attention(plan, shape, "vision_attention")
     eff = B200.efficiency
     assert times[True, "fp8"][1] == "softmax"
-    # without the roof fp8 halves the tensor time
-    assert times[False, "fp8"][0] == pytest.approx(0.5 * times[False, "bf16"][0], rel=1e-9)
+    # without the roof fp8 halves the tensor time of heads padded from 72 to 80 (cuDNN fp8 multiple of 16)
+    assert times[False, "fp8"][0] == pytest.approx(0.5 * 80 / 72 * times[False, "bf16"][0], rel=1e-9)
     # with it, fp8 takes the exps' time: tensor-bf16 time x (2250 / 4.39 / 288) x attention_fraction / exp_fraction
     tb = times[False, "bf16"][0]
     t_exp = tb * 2250 / 4.39 / 288 * eff.attention_fraction / eff.exp_fraction

@@ -5,6 +5,7 @@ v6.0 qwen3-vl rows and the vLLM command lines cited in presets/v6.0.yaml)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -96,7 +97,12 @@ def test_vision_attention_runs_in_the_recipes_format():
     shape = Shape(prefill_seqs=2, prefill_patches=5000.0, prefill_patches_sq=7e7)
     ops = {f: {o.name: o for o in vision_ops(vl, shape, Layout(), Formats("fp4", "fp4", "fp8", f))} for f in ("bf16", "fp8")}
     assert ops["fp8"]["vision_attention"].precision == "fp8" and ops["bf16"]["vision_attention"].precision == "bf16"
-    assert float(ops["fp8"]["vision_attention"].flops) == float(ops["bf16"]["vision_attention"].flops)
+    # fp8 runs on heads padded from 72 to 80 (the cuDNN fp8 kernel's multiple of 16): 80/72 the tensor
+    # FLOPs and Q/K/V/O bytes, the same softmax exponentials
+    fp8, bf16 = ops["fp8"]["vision_attention"], ops["bf16"]["vision_attention"]
+    assert float(fp8.flops) == pytest.approx(80 / 72 * float(bf16.flops), rel=1e-12)
+    assert float(fp8.bytes) == pytest.approx(80 / 72 * float(bf16.bytes), rel=1e-12)
+    assert float(fp8.exps) == float(bf16.exps)
     assert Formats("fp4", "fp4", "fp8").vision_attention == "bf16"  # the default
     # the encoder's linear layers stay 16 bit (the NVFP4 checkpoint quantizes the language model)
     assert ops["fp8"]["vision_encoder"].precision == "bf16"
@@ -118,7 +124,8 @@ def test_vision_attention_runs_in_the_recipes_format():
     per_exp = plan.hardware.compute.flop_rate("bf16") / plan.hardware.compute.exp_rate
     t_exp = float(t16) * per_exp / 288 * eff.attention_fraction * plan.kernel_efficiency / eff.exp_fraction
     assert t_exp < float(t16)  # bf16 stays tensor-bound
-    assert float(t8) == pytest.approx(max(0.5 * float(t16), t_exp), rel=1e-9)
+    # fp8: half the bf16 tensor time on heads padded 72 -> 80, or the exponentials' time if longer
+    assert float(t8) == pytest.approx(max(0.5 * 80 / 72 * float(t16), t_exp), rel=1e-9)
     assert float(t8) < float(t16)
 
 
@@ -137,6 +144,38 @@ def test_recipe_fields_are_validated():
         validate_data(PresetSpec, data, file="x.yaml")
 
 
+def test_vllm_keeps_its_norms_residual_adds_and_rope_as_memory_kernels():
+    # vLLM fuses elementwise ops with each other (fused_add_rms_norm, fused_qk_norm_rope, the activation
+    # inside FlashInfer's fused MoE), not into GEMM epilogues as TensorRT-LLM does
+    from infersim.engine import step_cost
+    from infersim.optimizations.fusion import Fusion
+
+    shape = Shape(decode_seqs=100, decode_ctx=2000, prefill_seqs=2, prefill_len=2144, prefill_len_sq=5e6)
+    vl = api.base_plan(*_query("b200", 8))
+    assert vl.engine.fused_elementwise == ("qk_norm", "experts_act")
+    q = api.Query.build("b200", "qwen3-235b-a22b", "mlperf-llama2-70b-offline", 8, round="v6.0")
+    trt = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    assert trt.engine.fused_elementwise is None
+    for plan, kept in ((vl, {"rope", "input_norm", "post_attn_norm", "residual_add"}), (trt, set())):
+        fused = Fusion().apply(plan)
+        ops = {k for k, (kind, _) in step_cost(fused, Layout(), shape, detail=True).op_info.items()
+               if kind == "elementwise"}
+        assert {"rope", "input_norm", "post_attn_norm", "residual_add"} & ops == kept
+        assert not ops & {"qk_norm", "experts_act"}
+    # the kept passes cost the vLLM step memory time: a slower step than with every op folded
+    everything = replace(vl, engine=replace(vl.engine, fused_elementwise=None))
+    t_vllm = step_cost(Fusion().apply(vl), Layout(), shape).total
+    t_all = step_cost(Fusion().apply(everything), Layout(), shape).total
+    assert float(t_vllm) > float(t_all)
+
+
+def test_fused_elementwise_names_graph_ops():
+    data = load_preset("v6.0").model_dump(mode="json", exclude_none=True)
+    data["engine"]["models"][VL]["fused_elementwise"] = ["qk_norm", "gelu"]
+    with pytest.raises(SpecError, match="fused_elementwise"):
+        validate_data(PresetSpec, data, file="x.yaml")
+
+
 def test_cli_json_prints_samples_per_s_with_the_breakdown():
     from typer.testing import CliRunner
 
@@ -149,6 +188,33 @@ def test_cli_json_prints_samples_per_s_with_the_breakdown():
     assert d["samples_per_s"] == pytest.approx(d["requests_per_s"]) and d["samples_per_s"] > 0
     assert d["breakdown"]["step_s"] > 0 and set(d["breakdown"]["by_kind_s"]) >= {"gemm", "attention"}
     assert d["config"]["tp"] == 1 and d["config"]["weights"] == "fp4"
+
+
+def _vision_attention(plan, shape):
+    from infersim.engine import step_cost
+    cost = step_cost(plan, Layout(), shape, detail=True)
+    return float(cost.by_op["vision_attention"]), cost.op_info["vision_attention"][1]
+
+
+def test_fp8_vision_attention_pads_the_head_to_a_multiple_of_16():
+    from infersim.graph import vision_attention_head_dim
+
+    assert vision_attention_head_dim(72, "fp8") == 80  # Qwen3-VL's encoder heads (1152 / 16)
+    assert vision_attention_head_dim(80, "fp8") == 80 and vision_attention_head_dim(128, "fp8") == 128
+    assert vision_attention_head_dim(72, "bf16") == 72  # the 16-bit kernels take head 72 as it is
+    # the GB300 recipe's fp8 encoder attention is tensor-bound there: padding makes the Offline step slower
+    q = api.Query.build("gb300-nvl72", VL, "mlperf-qwen3-vl-235b-a22b-offline", 4, round="v6.0")
+    plan = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    shape = Shape(prefill_seqs=2, prefill_patches=5000.0, prefill_patches_sq=7e7)
+    t80, bound = _vision_attention(plan, shape)
+    from infersim import graph
+    old = graph.FP8_VISION_ATTENTION_HEAD_ALIGN
+    try:
+        graph.FP8_VISION_ATTENTION_HEAD_ALIGN = 8  # 72 is a multiple of 8: no padding
+        t72, _ = _vision_attention(plan, shape)
+    finally:
+        graph.FP8_VISION_ATTENTION_HEAD_ALIGN = old
+    assert bound == "compute" and t80 == pytest.approx(80 / 72 * t72, rel=1e-9)
 
 
 def test_vision_encoder_is_sharded_over_the_attention_tp_group():

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..errors import SpecError
 from .data import PredictionKey, Row, as_rows, data_label, frontier_mask, row_keys, version_key
-from .params import (HARDWARE_RANGES, ROUND_FACTORS, Parameter, bound_findings, check_names, hardware_parameters,
-                     monotone_violations, round_values, step_support)
+from .params import (HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS, Parameter, bound_findings, check_names,
+                     hardware_parameters, monotone_violations, round_values, step_support)
 from .params import round_parameters as _round_params
 from .progress import Progress
 from .result import CalibrationResult
@@ -112,6 +112,40 @@ def hardware_defaults(runner: Runner, hw_id: str, names: Sequence[str]) -> dict[
                                    _class_defaults(EfficiencySpec))
     except (SpecError, OSError):
         return {n: float(getattr(eff, n)) for n in names}
+
+
+def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """{profile: profile whose kernel efficiencies it takes} among ``hw_ids`` (``kernels_as``,
+    followed to the end of a chain), and notes for a sibling outside the fit.
+
+    Raises SpecError when ``kernels_as`` names no hardware profile or forms a cycle."""
+    from ..specs import catalog
+
+    def sibling(h: str) -> str | None:
+        k = runner.base_hardware(h).efficiency.kernels_as
+        if k is None:
+            return None
+        try:
+            return catalog.profile_id("hardware", k)
+        except SpecError as e:
+            raise SpecError(f"{h}: efficiency.kernels_as '{k}' is not a hardware profile ({e})") from None
+
+    share, notes = {}, []
+    for h in hw_ids:
+        root, seen = h, {h}
+        while (k := sibling(root)) is not None and k != root:
+            if k in seen:
+                raise SpecError(f"{h}: efficiency.kernels_as forms a cycle ({' -> '.join(sorted(seen))})")
+            seen.add(k)
+            root = k
+        if root == h:
+            continue
+        if root in hw_ids:
+            share[h] = root
+        else:
+            notes.append(f"{h} carries {root}'s die (kernels_as) but {root} has no rows in this fit: "
+                         f"{h}'s kernel efficiencies are fitted on its own rows")
+    return share, notes
 
 
 def round_defaults(names: Sequence[str]) -> dict[str, float]:
@@ -252,14 +286,20 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         skipped: dict[str, str] = {h: "no usable frontier rows" for h in (scope or ()) if h not in hw_ids}
         hw_counts = {h: sum(fr.key.hardware == h for fr in fit) for h in hw_ids}
         params: list[Parameter] = []
-        notes: list[str] = []
+        # profiles carrying the same die fit one value of each kernel efficiency (on both's rows)
+        share, notes = die_sharing(run, hw_ids)
+        tied = tuple(n for n in parameters if n in KERNEL_PARAMETERS)
         for h in hw_ids:
-            if hw_counts[h] < min_rows:
+            own = [n for n in parameters if not (h in share and n in tied)]
+            rows_h = hw_counts[h] + sum(hw_counts[d] for d, c in share.items() if c == h)
+            if rows_h < min_rows or (h in share and hw_counts[h] < min_rows):
                 skipped[h] = f"{hw_counts[h]} frontier row(s) < min_rows={min_rows}"
                 continue
-            ps, ns = hardware_parameters(h, parameters, base_hw[h], defaults_hw[h])
+            ps, ns = hardware_parameters(h, own, base_hw[h], defaults_hw[h])
             params += ps
             notes += ns
+        for d, c in share.items():
+            notes.append(f"{d} carries {c}'s die (kernels_as): {', '.join(tied)} fitted as {c}'s, on both's rows")
         reference = None
         if names_r:
             rd_counts = {r: sum(fr.key.preset == r for fr in fit) for r in rounds_all}
@@ -286,6 +326,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             hw = {h: dict(base_hw[h]) for h in hw_ids}
             for j in hw_idx:
                 hw[params[j].owner][params[j].name] = th[j]
+            for d, c in share.items():
+                hw[d].update({n: hw[c][n] for n in tied})
             rnd = {r: dict(base_rnd[r]) for r in rounds_all}
             if reference:
                 for r, vals in round_values([params[j] for j in st_idx], [th[j] for j in st_idx], anchor,
@@ -321,7 +363,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             reach = step_support(params, reference) if reference else {}
             for i, key in enumerate([fr.key for fr in fit] + [o.key for o in ops]):
                 for j, p in enumerate(params):
-                    sparsity[i, j] = (p.owner == key.hardware) if p.kind == "hardware" else (key.preset in reach[j])
+                    sparsity[i, j] = (p.owner == key.hardware or (p.name in tied and share.get(key.hardware) == p.owner)) \
+                        if p.kind == "hardware" else (key.preset in reach[j])
             sparsity[n_res:, :] = np.eye(len(params), dtype=bool)
             for outer in range(2 if pin_choices else 1):
                 budget = max_nfev if outer == 0 else max(1, max_nfev // 2)
@@ -347,6 +390,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
 
         hw, rnd = values_of(x)
         fitted_hw = {params[j].owner for j in hw_idx}
+        fitted_hw |= {d for d, c in share.items() if c in fitted_hw}  # written with the shared values
         fitted_rnd = {params[j].owner for j in st_idx}
         hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters} for h in sorted(fitted_hw)}
         presets_out = {r: {n: round_sig(rnd[r][n]) for n in names_r} for r in rounds_all if r in fitted_rnd}

@@ -66,6 +66,12 @@ HARDWARE_RANGES: dict[str, Range] = {
 }
 """Physical range of each hardware efficiency parameter calibrate may fit."""
 
+KERNEL_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction",
+                     "gemm_m_half", "gemm_overlap")
+"""The efficiency parameters of the GPU's kernels (fractions of its own peaks, the small-GEMM knee):
+one value for profiles that carry the same die (``EfficiencySpec.kernels_as``). The per-step host
+cost is the system's (its CPU), not the die's."""
+
 PHYSICAL_STEP_OVERHEAD = Range(
     0.0, 1.5, "ms per engine step",
     "scheduler, sampling and host synchronisation per step beside the per-response streaming term (presets' "
@@ -314,6 +320,6 @@ def check_names(parameters: Sequence[str], round_parameters: Sequence[str]) -> N
             raise SpecError(f"'{name}' is not a round parameter (round parameters: {', '.join(ROUND_FACTORS)})")
 
 
-__all__ = ["Range", "HARDWARE_RANGES", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
+__all__ = ["Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
            "hardware_parameters", "round_parameters", "round_values", "round_chain", "bound_findings",
            "monotone_violations", "step_support", "check_names", "improvement"]

@@ -2,7 +2,8 @@
 
 Changes: ``plan.graph_passes`` (adds a pass that folds fusable elementwise ops — norms, residual
 adds, activations, RoPE, sampling prep — into their producers, removing their HBM round trips and
-kernel launches) and ``plan.launch_scale`` (CUDA-graph capture / PDL leave a fraction of the
+kernel launches; where the engine names the ops its stack absorbs, ``Engine.fused_elementwise``,
+only those) and ``plan.launch_scale`` (CUDA-graph capture / PDL leave a fraction of the
 per-kernel launch cost; which per-rank batch sizes are captured is an engine setting,
 ``plan.engine.graph_sizes``, from the round preset). Neutral: ``enabled: false``.
 Source: shared/reference/effects.md section 6 (TRT-LLM tech blogs 1 and 3: CUDA graphs +22 %,
@@ -27,6 +28,17 @@ def fold_elementwise(graph: OpGraph) -> OpGraph:
     return replace(graph, ops=tuple(op for op in graph.ops if not op.fusable), passes=graph.passes + ("fusion",))
 
 
+def fold_named(names: tuple[str, ...]):
+    """A pass dropping only the fusable elementwise ops named (those the stack's kernels absorb)."""
+    keep = frozenset(names)
+
+    def fold(graph: OpGraph) -> OpGraph:
+        return replace(graph, ops=tuple(op for op in graph.ops if not (op.fusable and op.name in keep)),
+                       passes=graph.passes + ("fusion",))
+
+    return fold
+
+
 @register
 class Fusion(Transform):
     """Fuse elementwise chains into their producers and capture the step as a graph."""
@@ -42,5 +54,7 @@ class Fusion(Transform):
     """Share of the per-kernel launch cost left after graph capture (1 = no capture)."""
 
     def _apply(self, plan: Plan) -> Plan:
-        passes = plan.graph_passes + ((("fusion", fold_elementwise),) if self.fuse_elementwise else ())
+        named = plan.engine.fused_elementwise
+        fold = fold_elementwise if named is None else fold_named(named)
+        passes = plan.graph_passes + ((("fusion", fold),) if self.fuse_elementwise else ())
         return replace(plan, graph_passes=passes, launch_scale=plan.launch_scale * self.graph_launch_fraction)

@@ -36,6 +36,11 @@ StackName = Literal["tensorrt-llm", "vllm", "sglang"]
 """A ``Stack`` value as written in YAML (specs validate strictly, so the field takes the literal)."""
 
 
+FUSABLE_ELEMENTWISE = ("rope", "qk_norm", "rope_latent_norm", "mlp_act", "experts_act", "input_norm", "post_attn_norm",
+                       "residual_add", "embedding", "final_norm", "sampling")
+"""Names of the graph's fusable elementwise ops (``graph.elementwise``), for ``fused_elementwise``."""
+
+
 class EngineFields(Spec):
     """Engine settings; every field optional so a block can override only some of them."""
 
@@ -60,6 +65,10 @@ class EngineFields(Spec):
     python_executor: bool | None = None
     """The engine's executor loop runs in Python (TensorRT-LLM PyTorch backend / trtllm-serve):
     its streamed responses cost host time on the iteration's critical path."""
+    fused_elementwise: list[Literal[FUSABLE_ELEMENTWISE]] | None = None  # type: ignore[valid-type]
+    """The elementwise ops the stack's kernels absorb under ``fusion`` (None: all of them, as
+    TensorRT-LLM folds norms, residual adds, RoPE and activations into its kernels' epilogues); the
+    others stay memory-bound kernels of their own."""
     host_us_per_stream_event: float | None = Field(default=None, ge=0, le=1000)
     """Host microseconds per streamed response chunk of a Python executor (fitted by
     ``benchmarks/host_term.py``; physical range 1-100 us: building, serialising and sending one
@@ -208,7 +217,8 @@ class PresetSpec(Spec):
                       graph_sizes=None if sizes is None else tuple(sorted(sizes)),
                       stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
                       host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
-                      if d.get("python_executor") else 0.0)
+                      if d.get("python_executor") else 0.0,
+                      fused_elementwise=None if d.get("fused_elementwise") is None else tuple(d["fused_elementwise"]))
 
     def recipe_for(self, model_id: str, scenario_kind: str, hardware_id: str | None = None) -> Recipe:
         """The recipe's layout, formats and stack for ``model_id`` on ``hardware_id``."""

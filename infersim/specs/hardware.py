@@ -313,6 +313,11 @@ class EfficiencySpec(Spec):
     """Host launch + sync cost per kernel without graph capture, microseconds."""
     step_overhead_ms: NonNegativeFloat = Field(default=0.5, le=1e4)
     """Fixed scheduler / sampling / host cost per engine step, milliseconds."""
+    kernels_as: str | None = Field(default=None, min_length=1, max_length=200)
+    """Hardware profile whose GPU die this one carries (e.g. GB200 NVL72's GPU is the B200 GPU):
+    kernels run at the same fractions of their peaks on both, so ``infersim calibrate`` fits the
+    kernel efficiencies (``accuracy.params.KERNEL_PARAMETERS``) of the two as one value from both
+    profiles' rows; the host cost per step (a different CPU) stays each profile's own. None: its own."""
     source: list[str] = Field(default_factory=list)
     """Where the default values come from."""
     calibration: CalibrationRecord | None = None
