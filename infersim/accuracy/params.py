@@ -257,6 +257,22 @@ class Finding:
                 "text": self.text}
 
 
+def value_bound_findings(owner: str, values: Mapping[str, float], why: str) -> list[str]:
+    """Texts for hardware values of ``owner`` that sit within ``BOUND_TOLERANCE`` of a bound of
+    their range (on the range's own linear scale), e.g. a fleet-prior value that was not fitted."""
+    out = []
+    for name, v in values.items():
+        rng = HARDWARE_RANGES.get(name)
+        if rng is None:
+            continue
+        x = (float(v) - rng.lower) / (rng.upper - rng.lower)
+        side = "lower" if x <= BOUND_TOLERANCE else "upper" if x >= 1 - BOUND_TOLERANCE else None
+        if side is not None:
+            out.append(f"{owner}.{name} = {float(v):.4g} is on the {side} bound of its range "
+                       f"{rng.lower:g}-{rng.upper:g} {rng.unit}: {why}")
+    return out
+
+
 def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[str, Mapping[str, float]]
                    ) -> list[Finding]:
     """Findings for every parameter on a bound, and for round factors outside their range."""
@@ -320,6 +336,6 @@ def check_names(parameters: Sequence[str], round_parameters: Sequence[str]) -> N
             raise SpecError(f"'{name}' is not a round parameter (round parameters: {', '.join(ROUND_FACTORS)})")
 
 
-__all__ = ["Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
+__all__ = ["value_bound_findings", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
            "hardware_parameters", "round_parameters", "round_values", "round_chain", "bound_findings",
            "monotone_violations", "step_support", "check_names", "improvement"]

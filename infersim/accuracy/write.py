@@ -19,6 +19,7 @@ from ..errors import SpecError
 from ..report import write_atomic
 from .fit import round_sig
 from .result import CalibrationResult
+from .params import value_bound_findings
 
 _PROFILE_FOLDERS = ("hardware_profiles", "model_profiles", "scenarios", "presets", "data")
 
@@ -104,6 +105,8 @@ def plan(result: CalibrationResult, out_dir: str | os.PathLike | None = None, *,
             why = result.transfer_reasons.get(hw_id, "no rows for this hardware")
             rec = _record(result, hw_id, values, rows=0, data=f"fleet prior from {result.data} ({why})",
                           median=result.after.get("median_ape") or 0.0)
+            rec["findings"] = rec["findings"] + value_bound_findings(
+                hw_id, values, "the fleet prior (the measured fleet's median calibrated/default ratio) puts it there")
             plans.append((src, target / "hardware_profiles" / src.name, "efficiency", values, rec, HardwareSpec))
     for rnd, values in result.presets.items():
         src = _preset_source(result, rnd)
