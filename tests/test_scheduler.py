@@ -219,18 +219,7 @@ def test_run_qps_predicts_at_the_load_or_names_the_limit():
 
 
 def test_validate_at_load_reports_the_summary_keys(tmp_path):
-    import csv as _csv
-
-    from infersim import at_load
-
-    src = at_load.bundled_data()
-    rows = list(_csv.DictReader(src.open()))
-    keep = [r for r in rows if r["benchmark"] == "deepseek-r1" and r["scenario"] == "Server"][:3]
-    f = tmp_path / "ops.csv"
-    with f.open("w", newline="") as fh:
-        w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(keep)
+    f = _bundled_op_subset(tmp_path, lambda r: r["benchmark"] == "deepseek-r1" and r["scenario"] == "Server", 3)
     code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
     assert code == 0
     for k in ("rows", "tpot_p50_median_ape", "ttft_p99_median_abs_error_s", "tpot_p99_median_ape", "per_row"):
@@ -452,19 +441,26 @@ def test_validate_at_load_flags_disaggregated_runs_without_run_engine(tmp_path):
     """A run whose config says it ran disaggregated (NVIDIA's v6.0 GB300 x72 llama2-70b Interactive)
     is flagged and left out of the aggregated-runs medians also when it is predicted with the
     round preset's engine."""
+    f = _bundled_op_subset(tmp_path, lambda r: r["version"] == "v6.0" and r["submitter"] == "NVIDIA"
+                           and r["scenario"] == "Interactive" and r["benchmark"] == "llama2-70b-99"
+                           and r["system"].startswith("GB300"), 1)
+    code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
+    assert code == 0 and not d["per_row"][0]["run_engine"] and d["per_row"][0]["disaggregated_run"]
+    assert d["disaggregated_runs"] == d["predicted_rows"] == 1 and d["tpot_p50_median_ape_aggregated_runs"] is None
+
+
+def _bundled_op_subset(tmp_path, keep, n: int):
+    """The first ``n`` bundled operating points for which ``keep(row)`` holds, as a CSV in tmp_path."""
     import csv as _csv
 
     from infersim import at_load
 
     rows = list(_csv.DictReader(at_load.bundled_data().open()))
-    keep = [r for r in rows if r["version"] == "v6.0" and r["submitter"] == "NVIDIA" and r["scenario"] == "Interactive"
-            and r["benchmark"] == "llama2-70b-99" and r["system"].startswith("GB300")][:1]
-    assert keep
+    picked = [r for r in rows if keep(r)][:n]
+    assert picked
     f = tmp_path / "ops.csv"
     with f.open("w", newline="") as fh:
         w = _csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
-        w.writerows(keep)
-    code, d = _cli(["validate", "--at-load", "--data", str(f), "--format", "json"])
-    assert code == 0 and not d["per_row"][0]["run_engine"] and d["per_row"][0]["disaggregated_run"]
-    assert d["disaggregated_runs"] == d["predicted_rows"] == 1 and d["tpot_p50_median_ape_aggregated_runs"] is None
+        w.writerows(picked)
+    return f
