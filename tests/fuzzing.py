@@ -256,6 +256,7 @@ class Workspace:
         try:
             res = self.runner.invoke(_app(), argv, catch_exceptions=True)
         except Hang:
+            self._reset()  # an interrupted command may have left files behind: the next example starts clean
             return Outcome(argv, None, "", time.perf_counter() - t0, [f"hang (> {self.timeout_s:g} s)"])
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -297,13 +298,17 @@ class Workspace:
                 now = None
             if now != key or (p in gen_bytes and p.read_bytes() != gen_bytes[p]):
                 o.problems.append(f"input changed: {p}")
+        self._reset()
+        return o
+
+    def _reset(self) -> None:
+        """The user's files back, the generated inputs removed."""
         self._restore_user_files()
         for p in list(self.gen.iterdir()):
             if p.is_file() or p.is_symlink():
                 p.unlink()
             else:
                 shutil.rmtree(p)
-        return o
 
 
 def _alarm(signum, frame):

@@ -20,7 +20,7 @@ FUZZ_EXAMPLES_BIG = 20_000
 
 @pytest.fixture(scope="module")
 def ws():
-    with workspace(timeout_s=30.0) as w:
+    with workspace(timeout_s=60.0) as w:  # a hang, not a slow run on a loaded 2-core machine
         yield w
 
 
