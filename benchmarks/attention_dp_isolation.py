@@ -17,15 +17,11 @@ Run: python benchmarks/attention_dp_isolation.py [COMMIT]   (needs git and the r
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _profile_variants import now_and_then, put_back, run_json, scratch_folders, with_value
+
 HW, PRESET = "hardware_profiles/b200.yaml", "presets/v6.0.yaml"
 HW_KEYS = ("compute_fraction", "attention_fraction", "gemm_m_half", "step_overhead_ms", "kv_memory_fraction")
 PRESET_KEYS = ("kernel_efficiency", "moe_kernel_efficiency", "host_overhead_scale")
@@ -35,21 +31,8 @@ DP8, TP8 = ["--dp", "8", "--batch", "4000"], ["--dp", "1", "--batch", "500"]
 PARTS = ("gemm", "attention", "comm", "overhead")
 
 
-def value(text: str, key: str) -> str | None:
-    m = re.search(rf"^\s*{key}:\s*([0-9.]+)", text, re.M)
-    return m.group(1) if m else None
-
-
-def with_value(text: str, key: str, v: str) -> str:
-    if value(text, key) is None:  # add it under efficiency:
-        return re.sub(r"^efficiency:\n", f"efficiency:\n  {key}: {v}\n", text, count=1, flags=re.M)
-    return re.sub(rf"^(\s*{key}:\s*)([0-9.]+)", lambda m: m.group(1) + v, text, count=1, flags=re.M)
-
-
-def predict(folder: Path, extra: list[str]) -> tuple[float, str]:
-    out = subprocess.run([sys.executable, "-m", "infersim", "--profiles-dir", str(folder), "run", *BASE, *extra],
-                         capture_output=True, text=True, check=True).stdout
-    d = json.loads(out)
+def predict(folder, extra: list[str]) -> tuple[float, str]:
+    d = run_json(folder, BASE + extra)
     parts = d["breakdown"]["by_kind_s"]
     split = "/".join(f"{parts[p] * 1e3:.1f}" for p in PARTS)
     return d["tokens_per_s_per_accelerator"], f"MTP{d['config']['mtp_depth']} {split}"
@@ -58,31 +41,19 @@ def predict(folder: Path, extra: list[str]) -> tuple[float, str]:
 def main() -> None:
     commit = sys.argv[1] if len(sys.argv) > 1 else "18ceddd"
     t0 = time.time()
-    new_hw, new_pr = (ROOT / HW).read_text(), (ROOT / PRESET).read_text()
-    old_hw, old_pr = (subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:{p}"], capture_output=True, text=True,
-                                     check=True).stdout for p in (HW, PRESET))
-    k_off = with_value(new_hw, "gemm_k_overhead_blocks", "0")
-    variants = [("current profiles", new_hw, new_pr), (f"all from {commit}", old_hw, old_pr),
-                ("gemm_k_overhead_blocks -> 0", k_off, new_pr),
-                (f"all from {commit} + k-depth 4.1", with_value(old_hw, "gemm_k_overhead_blocks", "4.1"), old_pr)]
-    variants += [(f"v6.0 {k} {value(new_pr, k)} -> {value(old_pr, k)}", new_hw, with_value(new_pr, k, value(old_pr, k)))
-                 for k in PRESET_KEYS if value(new_pr, k) != value(old_pr, k)]
-    variants += [(f"b200 {k} {value(new_hw, k)} -> {value(old_hw, k)}", with_value(new_hw, k, value(old_hw, k)), new_pr)
-                 for k in HW_KEYS if value(new_hw, k) != value(old_hw, k)]
+    (new_hw, new_pr), (old_hw, old_pr) = now_and_then((HW, PRESET), commit)
+    texts = [("current profiles", new_hw, new_pr), (f"all from {commit}", old_hw, old_pr),
+             ("gemm_k_overhead_blocks -> 0", with_value(new_hw, "gemm_k_overhead_blocks", "0"), new_pr),
+             (f"all from {commit} + k-depth 4.1", with_value(old_hw, "gemm_k_overhead_blocks", "4.1"), old_pr)]
+    texts += [(name, new_hw, pr) for name, pr in put_back("v6.0", new_pr, old_pr, PRESET_KEYS, changed_only=True)]
+    texts += [(name, hw, new_pr) for name, hw in put_back("b200", new_hw, old_hw, HW_KEYS, changed_only=True)]
     print(f"{'variant':42s} {'MTP':>6s} {'gain':>6s} {'DP8 tok/s/GPU':>13s} {'TP8 tok/s/GPU':>13s}   "
           f"step ms gemm/attention/comm/overhead: DP8 | TP8")
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, (name, hw, pr) in enumerate(variants):
-            folder = Path(tmp) / str(i)
-            (folder / "hardware_profiles").mkdir(parents=True)
-            (folder / "presets").mkdir()
-            (folder / HW).write_text(hw)
-            (folder / PRESET).write_text(pr)
-            for mtp, extra in (("search", []), ("off", ["--disable", "mtp"])):
-                dp, dp_cfg = predict(folder, DP8 + extra)
-                tp, tp_cfg = predict(folder, TP8 + extra)
-                print(f"{name:42s} {mtp:>6s} {dp / tp:5.2f}x {dp:13,.0f} {tp:13,.0f}   {dp_cfg} | {tp_cfg}",
-                      flush=True)
+    for name, folder in scratch_folders([(name, {HW: hw, PRESET: pr}) for name, hw, pr in texts]):
+        for mtp, extra in (("search", []), ("off", ["--disable", "mtp"])):
+            dp, dp_cfg = predict(folder, DP8 + extra)
+            tp, tp_cfg = predict(folder, TP8 + extra)
+            print(f"{name:42s} {mtp:>6s} {dp / tp:5.2f}x {dp:13,.0f} {tp:13,.0f}   {dp_cfg} | {tp_cfg}", flush=True)
     print(f"({time.time() - t0:.0f} s)")
 
 
