@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .plan import admission_period
+
 
 @dataclass
 class Trace:
@@ -375,7 +377,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     gate = d > 1 and engine.gate_timeout_iters > 0
     sizes = list(engine.graph_sizes) if engine.graph_sizes else None
     T, W = engine.gate_timeout_iters, engine.gate_wait_iters
-    steps = max(int(getattr(engine, "decode_steps", 1)), 1)
+    steps = admission_period(engine)
     from collections import deque
 
     if policy not in ("fcfs", "sjf"):

@@ -105,6 +105,12 @@ class Engine:
         return None if not self.graph_sizes else float(self.graph_sizes[-1])
 
 
+def admission_period(engine) -> int:
+    """Iterations per scheduler call, so per chance to admit prompts: ``Engine.decode_steps`` (at
+    least 1; an engine-like object without the field, 1)."""
+    return max(int(getattr(engine, "decode_steps", 1)), 1)
+
+
 @dataclass(frozen=True)
 class Plan:
     hardware: HardwareSpec

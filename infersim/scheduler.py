@@ -63,7 +63,7 @@ from . import table_cache
 from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
-from .plan import Plan
+from .plan import Plan, admission_period
 from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit)
@@ -420,7 +420,7 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None):
     on = (d > 1) & (e.gate_timeout_iters > 0)
     # gate off: a context iteration every ``decode_steps`` iterations (multi-step scheduling: the
     # scheduler, and with it admission, runs once per group of that many decode iterations)
-    steps = float(max(int(getattr(e, "decode_steps", 1)), 1))
+    steps = float(admission_period(e))
     if not np.any(on):
         z = np.zeros(np.broadcast(batch, d).shape)
         return z + steps, z, z
@@ -894,7 +894,7 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
             # FCFS), and prompt tokens must arrive slower than one free budget per iteration;
             # prompts that together overflow a context iteration only wait for the next one
             # (multi-step: the prompts of ``decode_steps`` iterations come in one context iteration)
-            fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean * max(int(e.decode_steps), 1) < free)
+            fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean * admission_period(e) < free)
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
 
