@@ -408,10 +408,11 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
         for d, c in share.items():  # a tied value's finding belongs to every profile that carries it
-            for f in [f for f in findings if f["parameter"].split(".", 1)[1:] and f["parameter"].startswith(f"{c}.")
-                      and f["parameter"].split(".", 1)[1] in tied]:
-                findings.append({**f, "parameter": f"{d}.{f['parameter'].split('.', 1)[1]}",
-                                 "text": f"{d}.{f['text'].split('.', 1)[1]} ({c}'s value: kernels_as {c})"})
+            for f in list(findings):
+                owner, _, name = f["parameter"].partition(".")
+                if owner == c and name in tied:
+                    findings.append({**f, "parameter": f"{d}.{name}",
+                                     "text": f"{d}.{f['text'].partition('.')[2]} ({c}'s value: kernels_as {c})"})
         if names_r:
             all_rounds = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)}
             all_rounds.update(presets_out)

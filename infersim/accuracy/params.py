@@ -268,9 +268,12 @@ def value_bound_findings(owner: str, values: Mapping[str, float], why: str) -> l
         x = (float(v) - rng.lower) / (rng.upper - rng.lower)
         side = "lower" if x <= BOUND_TOLERANCE else "upper" if x >= 1 - BOUND_TOLERANCE else None
         if side is not None:
-            out.append(f"{owner}.{name} = {float(v):.4g} is on the {side} bound of its range "
-                       f"{rng.lower:g}-{rng.upper:g} {rng.unit}: {why}")
+            out.append(_on_bound(f"{owner}.{name}", float(v), side, rng, why))
     return out
+
+
+def _on_bound(label: str, v: float, side: str, rng: Range, why: str) -> str:
+    return f"{label} = {v:.4g} is on the {side} bound of its range {rng.lower:g}-{rng.upper:g} {rng.unit}: {why}"
 
 
 def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[str, Mapping[str, float]]
@@ -288,8 +291,8 @@ def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[s
             v, bound = rounds[p.owner][p.name], rounds[p.neighbour][p.name] * bound ** d
         if p.kind == "hardware":
             rng = HARDWARE_RANGES[p.name]
-            text = (f"{p.label} = {v:.4g} is on the {side} bound of its range {rng.lower:g}-{rng.upper:g} "
-                    f"{rng.unit}: the data push it past what is physical; the model misses a mechanism here")
+            text = _on_bound(p.label, v, side, rng, "the data push it past what is physical; the model misses a "
+                             "mechanism here")
         elif side == "lower":
             text = (f"{p.label} = {rounds[p.owner][p.name]:.4g} equals {p.neighbour}'s: the data would make "
                     f"the {'newer' if _newer(p.owner, p.neighbour) else 'older'} round "

@@ -140,8 +140,8 @@ def _keep_untouched_blocks(original: str, dumped: str) -> str:
     leave what it did not touch exactly as written."""
     head_o, old = _blocks(original)
     head_d, new = _blocks(dumped)
-    if not old or list(new)[: len(old)] != [k for k in old if k in new][: len(old)]:
-        return dumped
+    if not old or [k for k in new if k in old] != [k for k in old if k in new]:
+        return dumped  # keys reordered: keep ruamel's text
 
     def same(a: str, b: str) -> bool:
         try:

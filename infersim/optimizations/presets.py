@@ -9,7 +9,7 @@ the nearest earlier one; a round later than all presets uses the latest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields as dataclass_fields
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -130,9 +130,6 @@ class EngineBlock(Spec):
     models: dict[str, ModelEngine] = Field(default_factory=dict)
 
 
-_RECIPE_FIELDS = ("stack", "tp", "pp", "ep", "dp", "weights", "kv_cache", "vision_attention", "disable")
-
-
 @dataclass(frozen=True)
 class Recipe:
     """A recipe's layout, formats and stack (None where the recipe does not set them)."""
@@ -223,7 +220,7 @@ class PresetSpec(Spec):
     def recipe_for(self, model_id: str, scenario_kind: str, hardware_id: str | None = None) -> Recipe:
         """The recipe's layout, formats and stack for ``model_id`` on ``hardware_id``."""
         d = self.settings(model_id, scenario_kind, hardware_id)
-        fields = {k: d.get(k) for k in _RECIPE_FIELDS}
+        fields = {f.name: d.get(f.name) for f in dataclass_fields(Recipe)}
         fields["stack"] = Stack(fields["stack"] or self.stack)
         fields["disable"] = tuple(fields["disable"] or ())
         return Recipe(**fields)
