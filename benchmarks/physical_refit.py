@@ -1,6 +1,7 @@
 """Issue 11 experiment: the physical refit against the shipped one, in sample and held out.
 
     python benchmarks/physical_refit.py [--knee] [--no-operating-points] [--cv round,model] [--json FILE]
+                                        [--fit-memory [--memory-floor F]] [--host-ceiling-ms MS]
 
 Default (the physical variant): the small-GEMM knee ``gemm_m_half`` held at its documented default
 (32 rows, about one small tile; the shipped fit has 105-731, which makes batch-1 GEMMs
@@ -12,6 +13,11 @@ operating points). The hardware profiles are copied to a temporary folder put fi
 profile search path (``INFERSIM_PROFILES``), with ``gemm_m_half`` reset there; nothing bundled is
 written. Cross-validation folds start from the documented defaults as in ``infersim calibrate --cv``.
 
+``--fit-memory`` (variant E) fits the weight-streaming ``memory_fraction`` in place of
+``gemm_overlap``, the knee still at its default; ``--memory-floor`` lowers that parameter's
+documented floor (0.5) to see where the data put it, ``--host-ceiling-ms`` raises the physical
+1.5 ms host ceiling (e.g. to the shipped set's 5 ms) so the two changes can be told apart.
+
 Prints the in-sample fit (frontier median / p90, operating-point median / p90, values on a bound),
 its wall time and, with ``--cv``, the held-out error per fold kind.
 """
@@ -19,6 +25,7 @@ its wall time and, with ``--cv``, the held-out error per fold kind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -55,6 +62,12 @@ def main() -> int:
     ap.add_argument("--no-operating-points", action="store_true", help="fit the throughput rows alone")
     ap.add_argument("--cv", default="", help="comma-separated fold kinds to cross-validate: round, hardware, model")
     ap.add_argument("--json", default=None, help="write the fit (and CV) as JSON here")
+    ap.add_argument("--fit-memory", action="store_true",
+                    help="physical variant E: fit the weight-streaming memory_fraction instead of gemm_overlap")
+    ap.add_argument("--memory-floor", type=float, default=None,
+                    help="lower bound of memory_fraction for --fit-memory (default: its documented 0.5)")
+    ap.add_argument("--host-ceiling-ms", type=float, default=None,
+                    help="upper bound of step_overhead_ms in the physical variants (default: the physical 1.5 ms)")
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,8 +78,16 @@ def main() -> int:
         from infersim.accuracy.progress import LineProgress
 
         if not a.knee:
-            params.HARDWARE_RANGES["step_overhead_ms"] = params.PHYSICAL_STEP_OVERHEAD
+            host = params.PHYSICAL_STEP_OVERHEAD
+            if a.host_ceiling_ms is not None:
+                host = dataclasses.replace(host, upper=a.host_ceiling_ms)
+            params.HARDWARE_RANGES["step_overhead_ms"] = host
         names = fit.DEFAULT_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
+        if a.fit_memory and not a.knee:
+            names = tuple("memory_fraction" if n == "gemm_overlap" else n for n in names)
+            if a.memory_floor is not None:
+                params.HARDWARE_RANGES["memory_fraction"] = dataclasses.replace(
+                    params.HARDWARE_RANGES["memory_fraction"], lower=a.memory_floor)
         ops = None if a.no_operating_points else True
         log = LineProgress(lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True))
         rows = accuracy.load_rows(accuracy.bundled_data())
@@ -74,7 +95,8 @@ def main() -> int:
         res = accuracy.calibrate(rows, parameters=names, operating_points=ops, progress=log)
         print(res.to_table())
         f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-        print(f"\nvariant: {'knee (shipped set)' if a.knee else 'physical'}; operating points: {ops is not None}")
+        print(f"\nvariant: {'knee (shipped set)' if a.knee else 'physical'}; parameters: {', '.join(names)}; "
+              f"operating points: {ops is not None}")
         print(f"calibrate wall {time.perf_counter() - t:.1f} s; in-sample frontier median {f(res.after['median_ape'])} %, "
               f"p90 {f(res.after['p90_ape'])} %; operating points ({res.after['op_rows']}) median "
               f"{f(res.after['op_median_ape'])} %, p90 {f(res.after['op_p90_ape'])} %; values on a bound: {len(res.findings)}")
