@@ -339,6 +339,21 @@ def check_names(parameters: Sequence[str], round_parameters: Sequence[str]) -> N
             raise SpecError(f"'{name}' is not a round parameter (round parameters: {', '.join(ROUND_FACTORS)})")
 
 
-__all__ = ["value_bound_findings", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
+def parse_parameters(text: str | None) -> tuple[str, ...] | None:
+    """The hardware parameters named in a comma-separated ``--parameters`` value (None: not given).
+
+    Raises SpecError for an empty list, a repeated name or a name without a documented range."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not names or any(not n for n in names):
+        raise SpecError(f"--parameters: expected comma-separated efficiency field names, got '{text}'")
+    if len(set(names)) != len(names):
+        raise SpecError(f"--parameters: '{text}' names a parameter twice")
+    check_names(names, ())
+    return names
+
+
+__all__ = ["value_bound_findings", "parse_parameters", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
            "hardware_parameters", "round_parameters", "round_values", "round_chain", "bound_findings",
            "monotone_violations", "step_support", "check_names", "improvement"]
