@@ -82,7 +82,7 @@ def main() -> int:
             if a.host_ceiling_ms is not None:
                 host = dataclasses.replace(host, upper=a.host_ceiling_ms)
             params.HARDWARE_RANGES["step_overhead_ms"] = host
-        names = fit.DEFAULT_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
+        names = fit.KNEE_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
         if a.fit_memory and not a.knee:
             names = tuple("memory_fraction" if n == "gemm_overlap" else n for n in names)
             if a.memory_floor is not None:

@@ -58,6 +58,11 @@ HARDWARE_RANGES: dict[str, Range] = {
         "1 = ideal roofline (loads fully hidden behind MMAs or vice versa); 0 = no overlap (a kernel that "
         "loads, then computes). Multistage TMA/cp.async pipelines overlap them in steady state; a decode "
         "GEMM of one or two waves spends a large share of its time filling and draining the pipeline"),
+    "moe_memory_fraction": Range(
+        0.15, 0.95, "fraction of peak HBM bandwidth",
+        "routed-expert grouped GEMMs at decode stream their experts below dense speed: MoE decode at 34 % "
+        "of the achievable roofline against 94 % dense on one engine (jundot/omlx issue 2238, about 0.29 of "
+        "peak); never above streaming reads (0.95)"),
     "step_overhead_ms": Range(
         0.0, 5.0, "ms per engine step",
         "scheduler, sampling and host synchronisation per step; CUDA graphs cut batch-1 steps 7x "
@@ -67,7 +72,7 @@ HARDWARE_RANGES: dict[str, Range] = {
 """Physical range of each hardware efficiency parameter calibrate may fit."""
 
 KERNEL_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction",
-                     "gemm_m_half", "gemm_overlap")
+                     "gemm_m_half", "gemm_overlap", "moe_memory_fraction")
 """The efficiency parameters of the GPU's kernels (fractions of its own peaks, the small-GEMM knee):
 one value for profiles that carry the same die (``EfficiencySpec.kernels_as``). The per-step host
 cost is the system's (its CPU), not the die's."""
