@@ -632,19 +632,24 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             eg_b = np.where(gated, np.minimum(g_b, eg), eg)
             m_back = batch * L / stats.osl_mean * eg_b / d
             _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d)
+        else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
+            p_over = carried
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
         full = eg_b * t_d + s_tok * (cap if tail is None else cap_c + tail) * prompt_scale
-        if not np.any(gated):
-            # E[G] = 1: while a rank carries a backlog every iteration takes its whole budget and
+        ungated = ~np.broadcast_to(gated, np.shape(full))
+        if np.any(ungated):
+            # no gate: while a rank carries a backlog every iteration takes its whole budget and
             # lasts ``full``, so the backlog's queue (Lindley over such iterations) receives the
             # arrivals of a full iteration, not of the mean one: in time units the prefill of a
             # rank is an M/G/1 queue served at c tokens per ``full`` seconds (des.simulate_engine,
             # 405B B200 Server at 0.95 qps per instance: TTFT p99 4.57 s; at the mean iteration's
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
             rate_it = batch / (stats.osl_mean * t_d / L + batch * s_mean)
-            m_back = rate_it * full / d
-            _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d)
+            _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d)
+            p_over = np.where(ungated, p_u, p_over)
+            backlog = np.where(ungated, back_u, backlog)
+            stable = np.where(ungated, stable_u, stable)
         if tail is None:
             extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable) + (full,)
         else:
