@@ -15,20 +15,26 @@ TTFT, mean TPOT), p99 TPOT 10 %, p99 TTFT 15 %; feasibility flags must agree (cl
 BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slot above 1 − q or
 a prompt blocked by the budget left beside its rank's decode tokens).
 
-Measured (seed 3, this module's grid, 2026-11-25): 31 of 36 cases meet every tolerance (30 before
-the backlog of an ungated rank's budget queue took the arrivals of a full-budget iteration, 19 before
-the token-budget model of scheduler.capped_tokens / budget_wait and the gated TTFT quantile, 29
-before the gated chunked model of scheduler.rest_max). The misses are listed in KNOWN_GAPS (strict
-xfail: a case that starts to pass fails until it is removed from the list) and are the model's
-open problems:
-- chunked prefill with the attention-DP gate: occupancy, throughput and TPOT now within 3 % at
-  every load (were −8 … −12 % at 60-90 %), mean TTFT within 4 % at 30-60 %; left: the p99 TTFT
-  at 6/2 60 % (−21 %) and the TTFT near the gated budget limit (90 %: +62 … +111 % mean), where
-  the backlog of the Lindley recursion at the mean gate period overstates the DES's queue;
+Measured (seed 3, this module's grid, 2026-11-25): 32 of 36 cases meet every tolerance (31 before
+whole prompts left their budget's last gap unused, 30 before the backlog of an ungated rank's
+budget queue took the arrivals of a full-budget iteration, 19 before the token-budget model of
+scheduler.capped_tokens / budget_wait and the gated TTFT quantile, 29 before the gated chunked
+model of scheduler.rest_max). The misses are listed in KNOWN_GAPS (strict xfail: a case that starts
+to pass fails until it is removed from the list) and are the model's open problems:
+- chunked prefill with the attention-DP gate: occupancy, throughput and TPOT within 3 % at every
+  load, mean TTFT within 4 % at 30-60 %; left: the p99 TTFT at 6/2 60 % (−23 %) and near the gated
+  budget limit (90 %: 6/2 −7 % mean / +24 % p99, 9/3 −20 % mean; the DES's seed-to-seed spread
+  there is 5-12 % of the mean). The rank backlog at 90 % was +62 … +111 % while its Lindley
+  mean came from a closure that overstated it 1.3-2.7 × at loads 0.9-0.95 and was interpolated
+  across the pole at saturation (scheduler._lindley_backlog now);
 - (closed) d = 1 chunked at 90 % load: the prompt-token backlog's wait was 20 % (mean) / 27 % (p99)
-  short while the backlog's queue took the arrivals of the mean iteration; now −0.6 % / +0.8 %;
-- d = 8 chunked gate off at 30 % load and 6/2 non-chunked at 90 %: mean TTFT +5-6 % (a waiting
-  prompt's extra context iterations are priced at a full budget on the busiest rank).
+  short while the backlog's queue took the arrivals of the mean iteration; now −3.8 % / −5.2 %;
+- (closed) 6/2 non-chunked at 90 %: mean TTFT +5.3 % while whole prompts were packed like chunks
+  (now +2.7 %: a rank's take leaves the gap before the next prompt unused);
+- d = 8 chunked gate off at 30 % load: mean TTFT +6 % (a waiting prompt's extra context
+  iterations are priced at a full budget on the busiest rank).
+Against a longer DES (4 seeds × 48,000 requests) some passing cases sit at 5-7 % mean TTFT
+(d = 1 chunked 30-60 %, d = 8 gate off / 6/2 / 9/3 non-chunked at 90 %): seed 3 is the yardstick.
 """
 
 from __future__ import annotations
@@ -120,7 +126,6 @@ def compare(d: int, gate: str, budget: str, load: float):
 
 KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
     (8, "off", "chunk512", 0.3): "ttft_mean +6 %",
-    (8, "6/2", "flat2048", 0.9): "ttft_mean +5.3 %",
     (8, "6/2", "chunk512", 0.6): "ttft_p99 -23 %",
     (8, "6/2", "chunk512", 0.9): "ttft_mean -7 %; ttft_p99 +24 %",
     (8, "9/3", "chunk512", 0.9): "ttft_mean -20 %",
@@ -383,8 +388,10 @@ def test_at_load_takes_the_runs_own_output_length():
 # ---- multi-step scheduling (vLLM V0 num_scheduler_steps) ------------------------------------------
 
 MULTI_STEP_GAPS = {  # (steps, budget, load) -> measured miss (model − DES)/DES, seed 3
-    (4, "flat2048", 0.9): "ttft_mean -24 %; ttft_p99 -27 %",
-    (9, "flat2048", 0.9): "ttft_mean -47 %; ttft_p99 -49 %",
+    # the DES itself moves ±5-10 % between seeds here: against 4 seeds × 48,000 requests the model
+    # is at TTFT mean +5.1 % (90 %) and p99 +14.8 % (60 %)
+    (9, "flat2048", 0.6): "ttft_p99 +15.2 %",
+    (9, "flat2048", 0.9): "ttft_mean -10 %",
 }
 
 
