@@ -245,6 +245,30 @@ BACKLOG_POINTS = 1024
 """Lattice points (at most) over which a rank's prompt tokens per iteration are summed for its
 carried backlog (``_lindley_backlog``)."""
 
+NEWTON_STEPS = 12
+
+
+def _cramer_lundberg(x, p, m, c):
+    """θ > 0 with m·(E[e^(θ·ISL)] − 1) = θ·c (arrays m, scalar c, m·E[ISL] < c): safeguarded Newton
+    steps on g(θ) = log(m·(E[e^(θ·ISL)] − 1)/(θ·c)), nearly linear where e^(θ·ISL) dominates, inside
+    the bracket (0, the diffusion root 2(c − mμ)/(m·E[ISL²])], bisected in log θ when a step leaves
+    it; capped at θ·max ISL = 600."""
+    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    hi = np.minimum(2.0 * (c - m * mu) / (m * m2), 600.0 / float(x.max()))
+    lo = np.zeros_like(hi)
+    th = hi.copy()
+    for _ in range(NEWTON_STEPS):
+        e = np.exp(th[:, None] * x[None, :])
+        phi1 = np.maximum(e @ p - 1.0, 1e-300)
+        g = np.log(m * phi1 / (th * c))
+        gp = ((e * x[None, :]) @ p) / phi1 - 1.0 / th
+        lo, hi = np.where(g < 0, th, lo), np.where(g < 0, hi, th)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = th - g / gp
+        mid = np.where(lo > 0, np.sqrt(lo * hi), 0.5 * hi)
+        th = np.where((step > lo) & (step < hi), step, mid)
+    return np.maximum(th, 1e-30)
+
 
 def _lindley_backlog(x, p, grid, cdf, ms, cs):
     """Mean backlog E[W] of one rank's discrete-time prompt queue W' = (W + A − c)⁺ (A compound
@@ -277,14 +301,7 @@ def _lindley_backlog(x, p, grid, cdf, ms, cs):
         if not np.any(ok):
             continue
         m = ms[ok]
-        # θ by Newton from the diffusion root 2(c − mμ)/(m·E[ISL²]), above the root (f convex, f > 0)
-        th = np.minimum(2.0 * (c - m * mu) / (m * m2), 600.0 / float(x.max()))
-        for _ in range(40):
-            e = np.exp(th[:, None] * x[None, :])
-            f = m * (e @ p - 1.0) - th * c
-            fp = m * ((e * x[None, :]) @ p) - c
-            th = np.where(f > 0, th - f / np.maximum(fp, 1e-300), th)
-        th = np.maximum(th, 1e-30)
+        th = _cramer_lundberg(x, p, m, c)
         out = np.empty(len(m))
         for sel, pts, pmf in ((small[ok], pts_s, pmf_s[ok[small]]), (~small[ok], pts_b[ok[~small]], pmf_b[ok[~small]])):
             if not np.any(sel):
