@@ -281,8 +281,8 @@ def _lindley_backlog(x, p, grid, cdf, ms, cs):
     rate θ (m·(E[e^(θ·ISL)] − 1) = θ·c, the exact decay of its tail) with probability π, π set by
     E[U] = c − E[A]; then E[U²] follows by summing over A's lattice. Against a Monte Carlo of
     the recursion (llama2-70b prompts, c = 464 / 1,000 / 1,796, loads 0.3-0.95) this is within
-    4 %; the earlier closure (W + A taken as A at a raised count) was within 9 % up to load 0.8
-    but 1.3-2.7 × too large at 0.9-0.95 (tests/test_scheduler.py)."""
+    5 %; the earlier closure (W + A taken as A at a raised count), read from the table, was within
+    9 % up to load 0.8 but 1.3-2.7 × too large at 0.9-0.95 (tests/test_scheduler.py)."""
     mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
     small = ms <= FFT_MAX_COUNT
     # A's lattice per count: the compound Poisson rows (coarsened) and a normal above FFT_MAX_COUNT
