@@ -29,8 +29,11 @@ Per grid point (mean occupancy B per instance, layout, plan):
   goes on in the next iterations; a whole one waits until it fits): the busiest rank's tokens are
   the largest of d capped sums, the offered count raised until the capped sum carries the
   arrivals (``capped_tokens``); the carried backlog (mean from the Lindley recursion's second
-  moment, exponential given positive) and the prompt's own ceil(tokens / c) iterations add K
-  context iterations to TTFT (``budget_wait``, each at a full budget); carried prompts open the
+  moment with a zero-or-exponential backlog at the Cramér-Lundberg rate, ``_lindley_backlog``;
+  exponential given positive) and the prompt's own ceil(tokens / c) iterations add K context
+  iterations to TTFT (``budget_wait``, each at a full budget, but a chunked prompt's last one at
+  its rest unless a backlog queues behind it); whole prompts (non-chunked) leave the budget's last
+  gap, E[ISL²]/(2·E[ISL]) tokens, unused while a rank carries a backlog; carried prompts open the
   ADP gate sooner; gated, a chunked rank also finishes the prompt it started between admissions;
 - gated chunked prefill (as des.simulate_engine runs it: a started prompt goes on every iteration,
   new prompts only at context iterations): a context iteration takes at most the free budget c on
