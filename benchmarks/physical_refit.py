@@ -1,23 +1,24 @@
-"""Issue 11 experiment: the physical refit against the shipped one, in sample and held out.
+"""Issue 11 experiment: alternative fit forms against the shipped one, in sample and held out.
 
     python benchmarks/physical_refit.py [--knee] [--no-operating-points] [--cv round,model] [--json FILE]
                                         [--fit-memory [--memory-floor F]] [--host-ceiling-ms MS]
 
-Default (the physical variant): the small-GEMM knee ``gemm_m_half`` held at its documented default
-(32 rows, about one small tile; the shipped fit has 105-731, which makes batch-1 GEMMs
-compute-bound), the slowness of decode GEMMs near the ridge point fitted as ``gemm_overlap``
-(``fit.PHYSICAL_PARAMETERS``), the per-step host overhead limited to its physical range
-(``params.PHYSICAL_STEP_OVERHEAD``, 0-1.5 ms) and the bundled operating points fitted beside the
-throughput rows. ``--knee`` fits the shipped parameter set and ranges instead (with or without
-operating points). The hardware profiles are copied to a temporary folder put first on the
-profile search path (``INFERSIM_PROFILES``), with ``gemm_m_half`` reset there; nothing bundled is
-written. Cross-validation folds start from the documented defaults as in ``infersim calibrate --cv``.
+The shipped form (since 2026-11-25, ``fit.DEFAULT_PARAMETERS``; ``infersim calibrate`` itself)
+holds the small-GEMM knee ``gemm_m_half`` at its documented 32 rows and fits ``gemm_overlap`` and
+the experts' ``moe_memory_fraction`` beside the fractions of peak and the host cost per step.
+The variants here, each fitted from the bundled profiles (knee reset to its default in a
+temporary copy put first on the profile search path, ``INFERSIM_PROFILES``; nothing bundled is
+written) with the bundled operating points beside the throughput rows unless
+``--no-operating-points``:
 
-``--fit-memory`` (variant E) fits the weight-streaming ``memory_fraction`` in place of
-``gemm_overlap``, the knee still at its default; ``--memory-floor`` lowers that parameter's
-documented floor (0.5) to see where the data put it, ``--host-ceiling-ms`` raises the physical
-1.5 ms host ceiling (e.g. to the shipped set's 5 ms) so the two changes can be told apart.
+- default (variant C/D of the README, ``fit.PHYSICAL_PARAMETERS``): ``gemm_overlap`` without the
+  experts' stream efficiency, the host overhead held to its physical 0-1.5 ms
+  (``params.PHYSICAL_STEP_OVERHEAD``; ``--host-ceiling-ms`` raises it, e.g. to 5);
+- ``--knee`` (variants A/B, ``fit.KNEE_PARAMETERS``): the knee fitted, as shipped until 2026-11-25;
+- ``--fit-memory`` (variant E): the dense weight-streaming ``memory_fraction`` fitted in place of
+  ``gemm_overlap``; ``--memory-floor`` lowers its documented 0.5 floor to see where the data put it.
 
+Cross-validation folds start from the documented defaults as in ``infersim calibrate --cv``.
 Prints the in-sample fit (frontier median / p90, operating-point median / p90, values on a bound),
 its wall time and, with ``--cv``, the held-out error per fold kind.
 """
@@ -58,7 +59,7 @@ def physical_profiles(dest: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--knee", action="store_true", help="the shipped parameter set (knee fitted) and ranges")
+    ap.add_argument("--knee", action="store_true", help="the knee set shipped until 2026-11-25 (fit.KNEE_PARAMETERS)")
     ap.add_argument("--no-operating-points", action="store_true", help="fit the throughput rows alone")
     ap.add_argument("--cv", default="", help="comma-separated fold kinds to cross-validate: round, hardware, model")
     ap.add_argument("--json", default=None, help="write the fit (and CV) as JSON here")
@@ -95,7 +96,7 @@ def main() -> int:
         res = accuracy.calibrate(rows, parameters=names, operating_points=ops, progress=log)
         print(res.to_table())
         f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-        print(f"\nvariant: {'knee (shipped set)' if a.knee else 'physical'}; parameters: {', '.join(names)}; "
+        print(f"\nvariant: {'knee (shipped until 2026-11-25)' if a.knee else 'physical'}; parameters: {', '.join(names)}; "
               f"operating points: {ops is not None}")
         print(f"calibrate wall {time.perf_counter() - t:.1f} s; in-sample frontier median {f(res.after['median_ape'])} %, "
               f"p90 {f(res.after['p90_ape'])} %; operating points ({res.after['op_rows']}) median "
