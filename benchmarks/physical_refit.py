@@ -1,17 +1,24 @@
-"""Issue 11 experiment: the physical refit against the shipped one, in sample and held out.
+"""Issue 11 experiment: alternative fit forms against the shipped one, in sample and held out.
 
     python benchmarks/physical_refit.py [--knee] [--no-operating-points] [--cv round,model] [--json FILE]
+                                        [--fit-memory [--memory-floor F]] [--host-ceiling-ms MS]
 
-Default (the physical variant): the small-GEMM knee ``gemm_m_half`` held at its documented default
-(32 rows, about one small tile; the shipped fit has 105-731, which makes batch-1 GEMMs
-compute-bound), the slowness of decode GEMMs near the ridge point fitted as ``gemm_overlap``
-(``fit.PHYSICAL_PARAMETERS``), the per-step host overhead limited to its physical range
-(``params.PHYSICAL_STEP_OVERHEAD``, 0-1.5 ms) and the bundled operating points fitted beside the
-throughput rows. ``--knee`` fits the shipped parameter set and ranges instead (with or without
-operating points). The hardware profiles are copied to a temporary folder put first on the
-profile search path (``INFERSIM_PROFILES``), with ``gemm_m_half`` reset there; nothing bundled is
-written. Cross-validation folds start from the documented defaults as in ``infersim calibrate --cv``.
+The shipped form (since 2026-11-25, ``fit.DEFAULT_PARAMETERS``; ``infersim calibrate`` itself)
+holds the small-GEMM knee ``gemm_m_half`` at its documented 32 rows and fits ``gemm_overlap`` and
+the experts' ``moe_memory_fraction`` beside the fractions of peak and the host cost per step.
+The variants here, each fitted from the bundled profiles (knee reset to its default in a
+temporary copy put first on the profile search path, ``INFERSIM_PROFILES``; nothing bundled is
+written) with the bundled operating points beside the throughput rows unless
+``--no-operating-points``:
 
+- default (variant C/D of the README, ``fit.PHYSICAL_PARAMETERS``): ``gemm_overlap`` without the
+  experts' stream efficiency, the host overhead held to its physical 0-1.5 ms
+  (``params.PHYSICAL_STEP_OVERHEAD``; ``--host-ceiling-ms`` raises it, e.g. to 5);
+- ``--knee`` (variants A/B, ``fit.KNEE_PARAMETERS``): the knee fitted, as shipped until 2026-11-25;
+- ``--fit-memory`` (variant E): the dense weight-streaming ``memory_fraction`` fitted in place of
+  ``gemm_overlap``; ``--memory-floor`` lowers its documented 0.5 floor to see where the data put it.
+
+Cross-validation folds start from the documented defaults as in ``infersim calibrate --cv``.
 Prints the in-sample fit (frontier median / p90, operating-point median / p90, values on a bound),
 its wall time and, with ``--cv``, the held-out error per fold kind.
 """
@@ -19,6 +26,7 @@ its wall time and, with ``--cv``, the held-out error per fold kind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -51,10 +59,16 @@ def physical_profiles(dest: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--knee", action="store_true", help="the shipped parameter set (knee fitted) and ranges")
+    ap.add_argument("--knee", action="store_true", help="the knee set shipped until 2026-11-25 (fit.KNEE_PARAMETERS)")
     ap.add_argument("--no-operating-points", action="store_true", help="fit the throughput rows alone")
     ap.add_argument("--cv", default="", help="comma-separated fold kinds to cross-validate: round, hardware, model")
     ap.add_argument("--json", default=None, help="write the fit (and CV) as JSON here")
+    ap.add_argument("--fit-memory", action="store_true",
+                    help="physical variant E: fit the weight-streaming memory_fraction instead of gemm_overlap")
+    ap.add_argument("--memory-floor", type=float, default=None,
+                    help="lower bound of memory_fraction for --fit-memory (default: its documented 0.5)")
+    ap.add_argument("--host-ceiling-ms", type=float, default=None,
+                    help="upper bound of step_overhead_ms in the physical variants (default: the physical 1.5 ms)")
     a = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,8 +79,16 @@ def main() -> int:
         from infersim.accuracy.progress import LineProgress
 
         if not a.knee:
-            params.HARDWARE_RANGES["step_overhead_ms"] = params.PHYSICAL_STEP_OVERHEAD
-        names = fit.DEFAULT_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
+            host = params.PHYSICAL_STEP_OVERHEAD
+            if a.host_ceiling_ms is not None:
+                host = dataclasses.replace(host, upper=a.host_ceiling_ms)
+            params.HARDWARE_RANGES["step_overhead_ms"] = host
+        names = fit.KNEE_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
+        if a.fit_memory and not a.knee:
+            names = tuple("memory_fraction" if n == "gemm_overlap" else n for n in names)
+            if a.memory_floor is not None:
+                params.HARDWARE_RANGES["memory_fraction"] = dataclasses.replace(
+                    params.HARDWARE_RANGES["memory_fraction"], lower=a.memory_floor)
         ops = None if a.no_operating_points else True
         log = LineProgress(lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True))
         rows = accuracy.load_rows(accuracy.bundled_data())
@@ -74,7 +96,8 @@ def main() -> int:
         res = accuracy.calibrate(rows, parameters=names, operating_points=ops, progress=log)
         print(res.to_table())
         f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-        print(f"\nvariant: {'knee (shipped set)' if a.knee else 'physical'}; operating points: {ops is not None}")
+        print(f"\nvariant: {'knee (shipped until 2026-11-25)' if a.knee else 'physical'}; parameters: {', '.join(names)}; "
+              f"operating points: {ops is not None}")
         print(f"calibrate wall {time.perf_counter() - t:.1f} s; in-sample frontier median {f(res.after['median_ape'])} %, "
               f"p90 {f(res.after['p90_ape'])} %; operating points ({res.after['op_rows']}) median "
               f"{f(res.after['op_median_ape'])} %, p90 {f(res.after['op_p90_ape'])} %; values on a bound: {len(res.findings)}")

@@ -473,6 +473,7 @@ def calibrate_cmd(
     force: bool = typer.Option(False, "--force", help="Replace files in --out that are not earlier calibrate outputs."),
     operating_points: Optional[Path] = typer.Option(None, "--operating-points", help="Also fit the model's mean TPOT at each measured operating point of this CSV (columns of data/mlperf_operating_points.csv)."),
     bundled_operating_points: bool = typer.Option(False, "--bundled-operating-points", help="Also fit the bundled operating points (data/mlperf_operating_points.csv)."),
+    parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma-separated efficiency fields to fit per hardware (default: the shipped set; each must have a documented range, see infersim/accuracy/params.py)."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
@@ -488,7 +489,9 @@ def calibrate_cmd(
     rows = accuracy.load_rows(_input_csv(data, "--data") or accuracy.bundled_data())
     with accuracy.for_stderr() as progress:
         ops = _input_csv(operating_points, "--operating-points") or (True if bundled_operating_points else None)
-        res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops)
+        names = accuracy.parse_parameters(parameters)
+        res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops,
+                                 **({} if names is None else {"parameters": names}))
     typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())
     if out is not None or in_place:
         for path in accuracy.write(res, None if in_place else out, in_place=in_place):

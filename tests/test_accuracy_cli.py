@@ -85,3 +85,21 @@ def test_calibrate_with_the_bundled_operating_points_reports_them(runner):
     # the operating points of the hardware these rows cover, evaluated at the (unfitted) start values
     assert d["after"]["op_rows"] > 0 and d["after"]["op_median_ape"] is not None
     assert {e["hardware"] for e in d["op_errors"]} <= {"h100-sxm", "h200-sxm", "b200", "mi300x"}
+
+
+@pytest.mark.parametrize("value,message", [("foo", "'foo' is not a calibratable efficiency parameter"),
+                                           ("compute_fraction,,gemm_overlap", "expected comma-separated"),
+                                           ("compute_fraction,compute_fraction", "names a parameter twice")])
+def test_calibrate_refuses_unknown_or_malformed_parameters_before_fitting(runner, value, message):
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--parameters", value])
+    assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.output
+
+
+def test_calibrate_fits_the_parameters_it_is_given(runner, tmp_path):
+    """``--parameters`` replaces the shipped set: only the named fields are fitted and written."""
+    result = runner.invoke(app, ["calibrate", "--hardware", "l40s", "--parameters", "compute_fraction,gemm_overlap",
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.stdout)
+    assert d["parameters"] == ["l40s.compute_fraction", "l40s.gemm_overlap"]
+    assert set(d["hardware"]["l40s"]) == {"compute_fraction", "gemm_overlap"}

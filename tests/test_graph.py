@@ -225,3 +225,24 @@ def test_graph_quantities_are_finite_and_nonnegative(model_id, fmt, batch, ctx, 
     for op in graph.ops:
         for value in (op.count, op.flops, op.bytes):
             assert np.all(np.isfinite(value)) and np.all(np.asarray(value) >= 0), op.name
+
+
+def test_fusable_elementwise_names_match_the_graph():
+    """``presets.FUSABLE_ELEMENTWISE`` (the literal an engine block's ``fused_elementwise`` may name)
+    lists exactly the fusable ops the graph builds over the bundled models: an op renamed or added
+    in ``graph`` without updating the list would make a preset's name silently fuse nothing."""
+    from infersim.graph import Formats, Layout, Shape, build_graph
+    from infersim.optimizations.presets import FUSABLE_ELEMENTWISE
+    from infersim.specs import catalog
+    from infersim.specs.model import ModelSpec
+
+    shape = Shape(decode_seqs=4.0, decode_ctx=512.0, prefill_seqs=1.0, prefill_len=256.0, prefill_len_sq=65536.0,
+                  prefill_patches=64.0)
+    built = set()
+    for model_id in catalog.list_ids("model"):
+        model = catalog.load_model(model_id)
+        if not isinstance(model, ModelSpec):  # diffusion and recommender models have no LLM graph
+            continue
+        graph = build_graph(model, shape, Layout(tp=2, ep=2, dp=1), Formats("fp8", "fp8", "fp8"))
+        built |= {op.name for op in graph.ops if op.fusable}
+    assert built == set(FUSABLE_ELEMENTWISE)

@@ -1,12 +1,11 @@
 """Shipped calibration stays physical: batch-1 decode is memory-bound on every accelerator, round
 maturity factors never make a newer round slower, and no fitted value sits outside its range.
 
-One is a known miss of the shipped profiles (issue 11), marked xfail(strict): the shipped fit's
-knee (gemm_m_half 136-906 rows on 11 of 17 profiles) makes batch-1 GEMMs compute-bound. The
-physical refit that passes it (``benchmarks/physical_refit.py``) was measured worse out of sample
-at p90 and not shipped; a refit that ships must turn these into passes (strict: an unexpected pass
-fails). The round factors of the shipped fit (2026-11-25, throughput rows and operating points)
-are monotone."""
+Since the refit of 2026-11-25 the small-GEMM knee is no longer fitted (``gemm_m_half`` at its
+documented 32 rows on every profile; the fitted 136-906 rows made batch-1 GEMMs compute-bound on
+11 of 17 profiles): the slowness of decode GEMMs near the ridge point is ``gemm_overlap`` and the
+experts' slow weight stream ``moe_memory_fraction``, neither of which can make a GEMV
+compute-bound. The round factors of the shipped fit are monotone."""
 
 from __future__ import annotations
 
@@ -21,23 +20,14 @@ from infersim.optimizations.presets import list_rounds, load_preset
 from infersim.specs import catalog
 
 
-KNEE_MISS = pytest.mark.xfail(strict=True, reason="shipped gemm_m_half (fitted 136-906 rows, fleet prior 193) is "
-                              "above the ridge point: batch-1 GEMMs priced compute-bound (issue 11)")
+@pytest.mark.parametrize("hw_id", catalog.list_ids("hardware"))
+def test_the_knee_is_not_fitted(hw_id):
+    """Every profile keeps the knee at its documented default (about one small tile of rows)."""
+    assert catalog.load_hardware(hw_id).efficiency.gemm_m_half == 32.0
 
 
-KNEE_BELOW_RIDGE = {"h100-sxm", "l40s", "mi325x", "mi355x", "tpu-v6e", "tpu-v7"}
-"""Shipped profiles whose knee (fit of 2026-11-25 with operating points: h100-sxm 19, l40s 109,
-mi325x 93 rows; the fleet prior's 193 on mi355x, tpu-v6e, tpu-v7) stays below their ridge point."""
-BELOW_RIDGE_FOR = {("h100-pcie", "llama3.1-8b")}
-"""Pairs that pass although the profile's other model does not (8B's smaller GEMMs on h100-pcie)."""
-
-
-def _knee_mark(hw_id: str, model: str):
-    return () if hw_id in KNEE_BELOW_RIDGE or (hw_id, model) in BELOW_RIDGE_FOR else KNEE_MISS
-
-
-@pytest.mark.parametrize("hw_id,model", [pytest.param(h, m, marks=_knee_mark(h, m))
-                                         for m in ("llama3.1-8b", "llama2-70b") for h in catalog.list_ids("hardware")])
+@pytest.mark.parametrize("hw_id,model", [(h, m) for m in ("llama3.1-8b", "llama2-70b")
+                                         for h in catalog.list_ids("hardware")])
 def test_batch_one_decode_is_memory_bound(hw_id, model):
     """One sequence decoding reads every weight once for one token: the weight stream, not the
     FLOPs, sets its time on every accelerator (arithmetic intensity ~2 FLOP/B at fp8 against

@@ -15,18 +15,29 @@ TTFT, mean TPOT), p99 TPOT 10 %, p99 TTFT 15 %; feasibility flags must agree (cl
 BATCH_LIMIT / TOKEN_BUDGET against the DES's share of requests waiting for a slot above 1 − q or
 a prompt blocked by the budget left beside its rank's decode tokens).
 
-Measured (seed 3, this module's grid, 2026-11-25): 30 of 36 cases meet every tolerance (19 before
-the token-budget model of scheduler.capped_tokens / budget_wait and the gated TTFT quantile, 29
-before the gated chunked model of scheduler.rest_max). The misses are listed in KNOWN_GAPS (strict
-xfail: a case that starts to pass fails until it is removed from the list) and are the model's
-open problems:
-- chunked prefill with the attention-DP gate: occupancy, throughput and TPOT now within 3 % at
-  every load (were −8 … −12 % at 60-90 %), mean TTFT within 4 % at 30-60 %; left: the p99 TTFT
-  at 6/2 60 % (−21 %) and the TTFT near the gated budget limit (90 %: +62 … +111 % mean), where
-  the backlog of the Lindley recursion at the mean gate period overstates the DES's queue;
-- d = 1 chunked at 90 % load: the prompt-token backlog's wait is 20 % (mean) / 27 % (p99) short;
-- d = 8 chunked gate off at 30 % load and 6/2 non-chunked at 90 %: mean TTFT +5-6 % (a waiting
-  prompt's extra context iterations are priced at a full budget on the busiest rank).
+Measured (seed 3, this module's grid, 2026-11-25): 33 of 36 cases meet every tolerance (32 before
+a chunked prompt's last extra iteration was priced at what is left of it, 31 before whole prompts
+left their budget's last gap unused, 30 before the backlog of an ungated rank's
+budget queue took the arrivals of a full-budget iteration, 19 before the token-budget model of
+scheduler.capped_tokens / budget_wait and the gated TTFT quantile, 29 before the gated chunked
+model of scheduler.rest_max). The misses are listed in KNOWN_GAPS (strict xfail: a case that starts
+to pass fails until it is removed from the list) and are the model's open problems:
+- chunked prefill with the attention-DP gate: occupancy, throughput and TPOT within 3 % at every
+  load, mean TTFT within 4 % at 30-60 %; left: the p99 TTFT at 6/2 60 % (−23 %) and near the gated
+  budget limit (90 %: 6/2 −7 % mean / +24 % p99, 9/3 −20 % mean; the DES's seed-to-seed spread
+  there is 5-12 % of the mean). The rank backlog at 90 % was +62 … +111 % while its Lindley
+  mean came from a closure that overstated it 1.3-2.7 × at loads 0.9-0.95 and was interpolated
+  across the pole at saturation (scheduler._lindley_backlog now);
+- (closed) d = 1 chunked at 90 % load: the prompt-token backlog's wait was 20 % (mean) / 27 % (p99)
+  short while the backlog's queue took the arrivals of the mean iteration; now −4.5 % / −6.3 %;
+- (closed) 6/2 non-chunked at 90 %: mean TTFT +5.3 % while whole prompts were packed like chunks
+  (now +2.7 %: a rank's take leaves the gap before the next prompt unused);
+- (closed) d = 8 chunked gate off at 30 % load: mean TTFT +6.2 % while every extra iteration of a
+  chunked prompt was priced at a full budget on the busiest rank (now +4.2 %: the last one takes
+  only the prompt's rest unless a backlog queues behind it).
+Against a longer DES (4 seeds × 48,000 requests; 39 of 48 with the multi-step cases) some passing
+cases miss: d = 8 at 90 % without a budget or non-chunked (gate off, 6/2, 9/3) at +5-6 % mean TTFT
+(and +5 % mean TPOT gated), d = 1 chunked at 90 % at −18 % p99 TTFT; seed 3 is the yardstick.
 """
 
 from __future__ import annotations
@@ -117,12 +128,9 @@ def compare(d: int, gate: str, budget: str, load: float):
 
 
 KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
-    (1, "off", "chunk512", 0.9): "ttft_mean -20 %; ttft_p99 -27 %",
-    (8, "off", "chunk512", 0.3): "ttft_mean +6 %",
-    (8, "6/2", "flat2048", 0.9): "ttft_mean +5.4 %",
-    (8, "6/2", "chunk512", 0.6): "ttft_p99 -21 %",
-    (8, "6/2", "chunk512", 0.9): "ttft_mean +111 %; ttft_p99 +226 %",
-    (8, "9/3", "chunk512", 0.9): "ttft_mean +62 %; ttft_p99 +127 %",
+    (8, "6/2", "chunk512", 0.6): "ttft_p99 -23 %",
+    (8, "6/2", "chunk512", 0.9): "ttft_mean -7 %; ttft_p99 +24 %",
+    (8, "9/3", "chunk512", 0.9): "ttft_mean -20 %",
 }
 
 
@@ -340,7 +348,7 @@ def test_rank_backlog_matches_a_lindley_recursion():
     st = stats()
     rng = np.random.default_rng(0)
     x, p = np.asarray(st.isl_points), np.asarray(st.isl_probs) / np.sum(st.isl_probs)
-    for m, c in ((0.65, 464.0), (1.32, 415.0)):
+    for m, c in ((0.65, 464.0), (1.32, 415.0), (1.88, 464.0), (7.27, 1796.0)):  # loads 0.31, 0.71, 0.90, 0.90
         n = 200_000
         cnt = rng.poisson(m, n)
         a = np.bincount(np.repeat(np.arange(n), cnt), weights=x[rng.choice(len(x), cnt.sum(), p=p)], minlength=n)
@@ -382,8 +390,10 @@ def test_at_load_takes_the_runs_own_output_length():
 # ---- multi-step scheduling (vLLM V0 num_scheduler_steps) ------------------------------------------
 
 MULTI_STEP_GAPS = {  # (steps, budget, load) -> measured miss (model − DES)/DES, seed 3
-    (4, "flat2048", 0.9): "ttft_mean -31 %; ttft_p99 -38 %",
-    (9, "flat2048", 0.9): "ttft_mean -51 %; ttft_p99 -54 %",
+    # the DES itself moves ±5-10 % between seeds here: against 4 seeds × 48,000 requests the model
+    # is at TTFT mean +5.1 % (90 %) and p99 +14.8 % (60 %)
+    (9, "flat2048", 0.6): "ttft_p99 +15.2 %",
+    (9, "flat2048", 0.9): "ttft_mean -10 %",
 }
 
 

@@ -11,7 +11,7 @@ from .cv import FOLD_KINDS, cross_validate, format_cv, transfer_prior
 from .data import (REQUIRED_COLUMNS, PredictionKey, Row, bundled_data, frontier_mask, load_rows, make_row,
                    preset_rounds, resolve_preset)
 from .fit import DEFAULT_PARAMETERS, ROUND_PARAMETERS, calibrate
-from .params import HARDWARE_RANGES, ROUND_FACTORS
+from .params import HARDWARE_RANGES, ROUND_FACTORS, parse_parameters
 from .plot import plot, write_text
 from .progress import LineProgress, Progress, RichProgress, for_stderr
 from .result import CalibrationResult
@@ -19,7 +19,7 @@ from .runner import Runner, validate
 from .summary import RowResult, ValidationReport, summarize
 from .write import check_out_dir, write
 
-__all__ = ["REQUIRED_COLUMNS", "Row", "RowResult", "ValidationReport", "PredictionKey", "CalibrationResult", "Runner",
+__all__ = ["parse_parameters", "REQUIRED_COLUMNS", "Row", "RowResult", "ValidationReport", "PredictionKey", "CalibrationResult", "Runner",
            "Progress", "LineProgress", "RichProgress", "for_stderr", "bundled_data", "load_rows", "make_row",
            "frontier_mask", "preset_rounds", "resolve_preset", "summarize", "validate", "plot", "write_text",
            "calibrate", "cross_validate", "format_cv", "transfer_prior", "write", "check_out_dir",

@@ -32,18 +32,24 @@ from .oppoints import OpRow, bundled_data, load_op_rows, usable
 from .runner import Lock, Runner, Values, runner_for
 from .summary import stats
 
-DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
-                                       "step_overhead_ms")
-"""Hardware efficiency parameters fitted by default (the shipped fit's). ``memory_fraction``
-(weight streaming) stays at its measured default: fitting it lets it absorb errors from elsewhere.
-``PHYSICAL_PARAMETERS`` is the alternative with ``gemm_overlap`` in place of the knee."""
+DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_overlap",
+                                       "moe_memory_fraction", "step_overhead_ms")
+"""Hardware efficiency parameters fitted by default (the shipped fit's, since 2026-11-25). The
+small-GEMM knee ``gemm_m_half`` stays at its documented default (about one small tile), so a
+batch-1 GEMM stays memory-bound; the slowness of decode GEMMs near the ridge point is fitted as
+``gemm_overlap`` (pipeline fill and drain that the MMAs do not hide) and the slow weight stream of
+routed-expert grouped GEMMs as ``moe_memory_fraction``. ``memory_fraction`` (dense weight
+streaming) stays at its measured default: fitting it lets it absorb errors from elsewhere."""
+
+KNEE_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
+                                    "step_overhead_ms")
+"""The set shipped until 2026-11-25: a fitted small-GEMM knee (it landed at 136-906 rows, above the
+ridge point, pricing batch-1 GEMMs compute-bound). Kept for ``benchmarks/physical_refit.py --knee``."""
 
 PHYSICAL_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_overlap",
                                         "step_overhead_ms")
-"""The knee ``gemm_m_half`` held at its documented default (about one small tile) and the slowness
-of decode GEMMs near the ridge point fitted as ``gemm_overlap`` instead, which leaves a batch-1
-GEMM memory-bound at streaming speed. Measured against the shipped set in
-``benchmarks/physical_refit.py``; not the default (held-out p90 worse)."""
+"""The 2026-11-23 physical variant (``benchmarks/physical_refit.py``, with the host overhead held
+to its physical 1.5 ms range): ``gemm_overlap`` without the expert stream efficiency."""
 
 ROUND_PARAMETERS: tuple[str, ...] = tuple(ROUND_FACTORS)
 """Per-round preset parameters (software maturity)."""
@@ -498,5 +504,5 @@ def _all_rounds(presets_dir) -> list[str]:
     return preset_rounds(presets_dir)
 
 
-__all__ = ["calibrate", "DEFAULT_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "FitRow", "fit_rows",
+__all__ = ["calibrate", "DEFAULT_PARAMETERS", "KNEE_PARAMETERS", "PHYSICAL_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "FitRow", "fit_rows",
            "hardware_defaults", "round_defaults", "round_sig"]

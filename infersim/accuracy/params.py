@@ -58,6 +58,11 @@ HARDWARE_RANGES: dict[str, Range] = {
         "1 = ideal roofline (loads fully hidden behind MMAs or vice versa); 0 = no overlap (a kernel that "
         "loads, then computes). Multistage TMA/cp.async pipelines overlap them in steady state; a decode "
         "GEMM of one or two waves spends a large share of its time filling and draining the pipeline"),
+    "moe_memory_fraction": Range(
+        0.15, 0.95, "fraction of peak HBM bandwidth",
+        "routed-expert grouped GEMMs at decode stream their experts below dense speed: MoE decode at 34 % "
+        "of the achievable roofline against 94 % dense on one engine (jundot/omlx issue 2238, about 0.29 of "
+        "peak); never above streaming reads (0.95)"),
     "step_overhead_ms": Range(
         0.0, 5.0, "ms per engine step",
         "scheduler, sampling and host synchronisation per step; CUDA graphs cut batch-1 steps 7x "
@@ -67,7 +72,7 @@ HARDWARE_RANGES: dict[str, Range] = {
 """Physical range of each hardware efficiency parameter calibrate may fit."""
 
 KERNEL_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction",
-                     "gemm_m_half", "gemm_overlap")
+                     "gemm_m_half", "gemm_overlap", "moe_memory_fraction")
 """The efficiency parameters of the GPU's kernels (fractions of its own peaks, the small-GEMM knee):
 one value for profiles that carry the same die (``EfficiencySpec.kernels_as``). The per-step host
 cost is the system's (its CPU), not the die's."""
@@ -339,6 +344,21 @@ def check_names(parameters: Sequence[str], round_parameters: Sequence[str]) -> N
             raise SpecError(f"'{name}' is not a round parameter (round parameters: {', '.join(ROUND_FACTORS)})")
 
 
-__all__ = ["value_bound_findings", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
+def parse_parameters(text: str | None) -> tuple[str, ...] | None:
+    """The hardware parameters named in a comma-separated ``--parameters`` value (None: not given).
+
+    Raises SpecError for an empty list, a repeated name or a name without a documented range."""
+    if text is None:
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    if not names or any(not n for n in names):
+        raise SpecError(f"--parameters: expected comma-separated efficiency field names, got '{text}'")
+    if len(set(names)) != len(names):
+        raise SpecError(f"--parameters: '{text}' names a parameter twice")
+    check_names(names, ())
+    return names
+
+
+__all__ = ["value_bound_findings", "parse_parameters", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
            "hardware_parameters", "round_parameters", "round_values", "round_chain", "bound_findings",
            "monotone_violations", "step_support", "check_names", "improvement"]

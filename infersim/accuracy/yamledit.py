@@ -97,6 +97,17 @@ def _mark(mapping, key, old_value, default_value: float | None = None) -> None:
         mapping.yaml_add_eol_comment(new, key)
 
 
+def _field_default(spec_cls, section: str | None, name: str) -> Any:
+    """Default of field ``name`` (of ``section``'s model) for a value the file did not set: the
+    documented default a calibrated comment keeps; "unset" where the model gives none."""
+    cls = spec_cls
+    if section is not None:
+        cls = getattr(spec_cls.model_fields.get(section), "annotation", None)
+    field = getattr(cls, "model_fields", {}).get(name)
+    default = getattr(field, "default", None)
+    return default if isinstance(default, (int, float)) and not isinstance(default, bool) else "unset"
+
+
 def _scalar_text(v: Any) -> str:
     for kind in (bool, int, float, str):  # ruamel's scalar subclasses → plain values
         if isinstance(v, kind):
@@ -186,7 +197,8 @@ def edited_text(path: str | Path, section: str | None, updates: Mapping[str, flo
         old = target.get(name)
         target[name] = float(value)
         want_target[name] = round(float(value), 12)
-        _mark(target, name, old if old is not None else "unset", (defaults or {}).get(name))
+        _mark(target, name, old if old is not None else _field_default(spec_cls, section, name),
+              (defaults or {}).get(name))
     rec = CommentedMap()
     for k, v in record.items():
         rec[k] = CommentedSeq(v) if isinstance(v, list) else v
