@@ -298,12 +298,21 @@ class Workspace:
                 now = None
             if now != key or (p in gen_bytes and p.read_bytes() != gen_bytes[p]):
                 o.problems.append(f"input changed: {p}")
-        self._reset()
+        self._reset(forced)
         return o
 
-    def _reset(self) -> None:
-        """The user's files back, the generated inputs removed."""
+    def _reset(self, forced: set[Path] = frozenset()) -> None:
+        """The user's files back, the generated inputs removed, and a fixed input that a command
+        replaced with --force (as asked) rebuilt: otherwise it would now be that command's earlier
+        output, which a later example may replace without --force, and that example would see an
+        input change it did not make."""
         self._restore_user_files()
+        replaced = [p for p in forced if p.resolve().parent == self.inputs.resolve()]
+        for p in replaced:
+            if p.is_file() or p.is_symlink():
+                p.unlink()
+        if replaced:
+            self._fixed_inputs()
         for p in list(self.gen.iterdir()):
             if p.is_file() or p.is_symlink():
                 p.unlink()

@@ -67,3 +67,16 @@ def test_cli_fuzz_big(ws, data, request):
     if "fuzz" not in markexpr or "not fuzz" in markexpr:
         pytest.skip("the big fuzz run: select it with -m fuzz")
     _check(ws, data)
+
+
+def test_a_forced_write_over_a_fixed_input_does_not_leak_into_the_next_example(ws):
+    """A command may replace a fixed input with --force (the user asked); the workspace must rebuild
+    it, or the next example's unforced write over that now-'earlier output' (which the guard rightly
+    allows) reads as an input change the example did not make (a flake of test_cli_fuzz)."""
+    target = str(ws.inputs / "trace-ok.csv")
+    base = ["pareto", "--hardware", "h100-sxm", "--scenario", "chat-1k-1k", "--model", "llama3.1-8b",
+            "--round", "v4.0", "--format", "json", "--out", target]
+    assert ws.run(base + ["--force"]).problems == []
+    assert (ws.inputs / "trace-ok.csv").read_text() == "isl,osl\n100,200\n3000,50\n"
+    second = ws.run(base)
+    assert second.problems == [] and second.code == 2  # refused: not an earlier output of pareto
