@@ -110,7 +110,10 @@ def case_ids():
 
 
 @cache
-def compare(d: int, gate: str, budget: str, load: float):
+def compare(d: int, gate: str, budget: str, load: float, n_requests: int = N_REQUESTS, seed: int = 3):
+    """The closed form at ``load`` of its capacity and the DES at the same arrival rate (the test's
+    oracle: ``n_requests`` requests, ``seed``; benchmarks/operating_points.py --des-requests runs a
+    longer one)."""
     b, rate = capacity(d, gate, budget)
     i = int(np.argmax(rate))
     target = load * rate[i]
@@ -119,7 +122,7 @@ def compare(d: int, gate: str, budget: str, load: float):
     r = closed(eng, d, batch)
     st = stats()
     sim = des.simulate_engine(float(r.rate[0]), d, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
-                              n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
+                              n_requests=n_requests, percentile=100 * Q, seed=seed)
     model = {k: float(np.ravel(getattr(r, k))[0]) for k in ("tokens_per_s", "ttft_mean", "tpot_mean", "tpot_p99", "ttft_p99")}
     model["occupancy"] = batch
     model["ok"] = bool(r.ok[0])
