@@ -242,6 +242,8 @@ def test_yaml_edit_keeps_comments_and_replaces_the_record(tmp_path):
     assert data["calibration"]["data"] == "a: b.csv" and data["calibration"]["rows"] == 3
     assert data["calibration"]["findings"] == ["p.kernel_efficiency on its upper bound"]
     assert data["host_overhead_scale"] == 2.0 and data["choices"] == [] and new.count("calibration:") == 1
+    # a field the file did not set records the model's default as its documented default
+    assert re.search(r"host_overhead_scale: 2\.0 +# calibrated; default 1\.0$", new, re.M)
     # a second fit keeps the documented default, not the first fit's value
     path.write_text(new)
     again = edited_text(path, None, {"kernel_efficiency": 0.9}, record, PresetSpec)

@@ -382,3 +382,26 @@ def test_expert_tp_pays_the_k_depth_term_on_its_sliced_down_projection():
     assert 2.0 < ratios[1, "experts_down"] < 5.1
     assert ratios[1, "experts_gate_up"] == pytest.approx(32.1 / 28, rel=1e-9)
     assert ratios[8, "experts_gate_up"] == pytest.approx(32.1 / 28, rel=1e-9)
+
+
+def test_routed_experts_stream_at_moe_memory_fraction_and_nothing_else_does():
+    """Only the grouped routed-expert GEMMs read their bytes at ``moe_memory_fraction``: at batch 1
+    they are memory-bound, so halving it doubles exactly their time, and every other op (dense and
+    shared-expert GEMMs, attention, elementwise) keeps its time bit for bit."""
+    plan = Plan(hardware=B200_NO_EXP, model=S.model("deepseek-r1"), formats=Formats("fp8", "fp8", "fp8"))
+    ops = stage_graph(plan, Layout(tp=8, ep=8), Shape(decode_seqs=1, decode_ctx=1024)).ops
+    assert {op.name for op in ops if op.memory_efficiency == "moe_memory_fraction"} == {"experts_gate_up", "experts_down"}
+    assert all(op.grouped == (op.memory_efficiency == "moe_memory_fraction") for op in ops)
+    shape = Shape(decode_seqs=1, decode_ctx=1024)
+
+    def cost(v):
+        c = step_cost(replace(plan, hardware=_with_efficiency(B200_NO_EXP, moe_memory_fraction=v)), Layout(tp=8, ep=8),
+                      shape, detail=True)
+        return {k: float(t) for k, t in c.by_op.items()}, c.op_info
+
+    fast, info = cost(0.8)
+    slow, _ = cost(0.4)
+    for name in ("experts_gate_up", "experts_down"):
+        assert info[name][1] == "memory" and slow[name] == pytest.approx(2 * fast[name], rel=1e-12)
+    assert {k: v for k, v in slow.items() if not k.startswith("experts_")} == \
+        {k: v for k, v in fast.items() if not k.startswith("experts_")}
