@@ -6,9 +6,8 @@
 The shipped form (since 2026-11-25, ``fit.DEFAULT_PARAMETERS``; ``infersim calibrate`` itself)
 holds the small-GEMM knee ``gemm_m_half`` at its documented 32 rows and fits ``gemm_overlap`` and
 the experts' ``moe_memory_fraction`` beside the fractions of peak and the host cost per step.
-The variants here, each fitted from the bundled profiles (knee reset to its default in a
-temporary copy put first on the profile search path, ``INFERSIM_PROFILES``; nothing bundled is
-written) with the bundled operating points beside the throughput rows unless
+The variants here, each fitted from the bundled profiles (whose knee is its documented default;
+nothing bundled is written) with the bundled operating points beside the throughput rows unless
 ``--no-operating-points``:
 
 - default (variant C/D of the README, ``fit.PHYSICAL_PARAMETERS``): ``gemm_overlap`` without the
@@ -28,34 +27,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
-import re
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-KNEE_DEFAULT_ROWS = 32.0
-"""gemm_m_half's documented default (the value every profile's ``# calibrated; default`` records)."""
-
-
-def physical_profiles(dest: Path) -> Path:
-    """Copies of the bundled hardware profiles with the knee at its documented default."""
-    from infersim.specs.catalog import bundled_root
-
-    out = dest / "hardware_profiles"
-    shutil.copytree(bundled_root() / "hardware_profiles", out)
-    pattern = re.compile(r"^(  gemm_m_half:) [0-9.eE+-]+ +# calibrated; default ([0-9.]+).*$", re.M)
-    for f in out.glob("*.yaml"):
-        text = f.read_text(encoding="utf-8")
-        f.write_text(pattern.sub(lambda m: f"{m.group(1)} {float(m.group(2)):g}  # documented default, not fitted", text),
-                     encoding="utf-8")
-    return dest
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,48 +48,45 @@ def main() -> int:
                     help="upper bound of step_overhead_ms in the physical variants (default: the physical 1.5 ms)")
     a = ap.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        if not a.knee:
-            os.environ["INFERSIM_PROFILES"] = str(physical_profiles(Path(tmp)))
-        from infersim import accuracy
-        from infersim.accuracy import fit, params
-        from infersim.accuracy.progress import LineProgress
+    from infersim import accuracy
+    from infersim.accuracy import fit, params
+    from infersim.accuracy.progress import LineProgress
 
-        if not a.knee:
-            host = params.PHYSICAL_STEP_OVERHEAD
-            if a.host_ceiling_ms is not None:
-                host = dataclasses.replace(host, upper=a.host_ceiling_ms)
-            params.HARDWARE_RANGES["step_overhead_ms"] = host
-        names = fit.KNEE_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
-        if a.fit_memory and not a.knee:
-            names = tuple("memory_fraction" if n == "gemm_overlap" else n for n in names)
-            if a.memory_floor is not None:
-                params.HARDWARE_RANGES["memory_fraction"] = dataclasses.replace(
-                    params.HARDWARE_RANGES["memory_fraction"], lower=a.memory_floor)
-        ops = None if a.no_operating_points else True
-        log = LineProgress(lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True))
-        rows = accuracy.load_rows(accuracy.bundled_data())
+    if not a.knee:
+        host = params.PHYSICAL_STEP_OVERHEAD
+        if a.host_ceiling_ms is not None:
+            host = dataclasses.replace(host, upper=a.host_ceiling_ms)
+        params.HARDWARE_RANGES["step_overhead_ms"] = host
+    names = fit.KNEE_PARAMETERS if a.knee else fit.PHYSICAL_PARAMETERS
+    if a.fit_memory and not a.knee:
+        names = tuple("memory_fraction" if n == "gemm_overlap" else n for n in names)
+        if a.memory_floor is not None:
+            params.HARDWARE_RANGES["memory_fraction"] = dataclasses.replace(
+                params.HARDWARE_RANGES["memory_fraction"], lower=a.memory_floor)
+    ops = None if a.no_operating_points else True
+    log = LineProgress(lambda m: print(f"  [{time.strftime('%H:%M:%S')}] {m}", file=sys.stderr, flush=True))
+    rows = accuracy.load_rows(accuracy.bundled_data())
+    t = time.perf_counter()
+    res = accuracy.calibrate(rows, parameters=names, operating_points=ops, progress=log)
+    print(res.to_table())
+    f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    print(f"\nvariant: {'knee (shipped until 2026-11-25)' if a.knee else 'physical'}; parameters: {', '.join(names)}; "
+          f"operating points: {ops is not None}")
+    print(f"calibrate wall {time.perf_counter() - t:.1f} s; in-sample frontier median {f(res.after['median_ape'])} %, "
+          f"p90 {f(res.after['p90_ape'])} %; operating points ({res.after['op_rows']}) median "
+          f"{f(res.after['op_median_ape'])} %, p90 {f(res.after['op_p90_ape'])} %; values on a bound: {len(res.findings)}")
+    out = res.to_dict()
+    if a.cv:
         t = time.perf_counter()
-        res = accuracy.calibrate(rows, parameters=names, operating_points=ops, progress=log)
-        print(res.to_table())
-        f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
-        print(f"\nvariant: {'knee (shipped until 2026-11-25)' if a.knee else 'physical'}; parameters: {', '.join(names)}; "
-              f"operating points: {ops is not None}")
-        print(f"calibrate wall {time.perf_counter() - t:.1f} s; in-sample frontier median {f(res.after['median_ape'])} %, "
-              f"p90 {f(res.after['p90_ape'])} %; operating points ({res.after['op_rows']}) median "
-              f"{f(res.after['op_median_ape'])} %, p90 {f(res.after['op_p90_ape'])} %; values on a bound: {len(res.findings)}")
-        out = res.to_dict()
-        if a.cv:
-            t = time.perf_counter()
-            cv = accuracy.cross_validate(rows, folds=tuple(a.cv.split(",")), parameters=names, operating_points=ops,
-                                         progress=log)
-            print(accuracy.format_cv(cv))
-            for kind, b in cv.items():
-                print(f"{kind}: held-out frontier median {f(b['median_ape'])} %, p90 {f(b['p90_ape'])} % ({b['rows']} rows)")
-            print(f"cross-validation wall {time.perf_counter() - t:.0f} s")
-            out["cv"] = cv
-        if a.json:
-            Path(a.json).write_text(json.dumps(out, indent=1, default=str))
+        cv = accuracy.cross_validate(rows, folds=tuple(a.cv.split(",")), parameters=names, operating_points=ops,
+                                     progress=log)
+        print(accuracy.format_cv(cv))
+        for kind, b in cv.items():
+            print(f"{kind}: held-out frontier median {f(b['median_ape'])} %, p90 {f(b['p90_ape'])} % ({b['rows']} rows)")
+        print(f"cross-validation wall {time.perf_counter() - t:.0f} s")
+        out["cv"] = cv
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
 
 

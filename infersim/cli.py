@@ -489,9 +489,8 @@ def calibrate_cmd(
     rows = accuracy.load_rows(_input_csv(data, "--data") or accuracy.bundled_data())
     with accuracy.for_stderr() as progress:
         ops = _input_csv(operating_points, "--operating-points") or (True if bundled_operating_points else None)
-        names = accuracy.parse_parameters(parameters)
         res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops,
-                                 **({} if names is None else {"parameters": names}))
+                                 parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS)
     typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())
     if out is not None or in_place:
         for path in accuracy.write(res, None if in_place else out, in_place=in_place):

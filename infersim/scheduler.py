@@ -69,7 +69,7 @@ from .graph import Layout, Shape
 from .plan import Plan, admission_period
 from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
-                      mix_rate_states, mixture_z, palm_excess, prefix_hit)
+                      mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate)
 from statistics import NormalDist
 
 FFT_MAX_COUNT = 48.0
@@ -235,7 +235,7 @@ def _rank_queue_table(isl_points: tuple, isl_probs: tuple):
         le = np.minimum(lm_eff[:, jc], lm[-1])  # beyond the axis the rank is full
         pov[:, jc] = np.interp(le, lm, over[:, jc])
     back = _lindley_backlog(np.asarray(isl_points, dtype=float), np.asarray(isl_probs, dtype=float) / np.sum(isl_probs),
-                            grid, cdf, ms, cs)
+                            mu, m2, grid, cdf, ms, cs)
     # tabulated relative to Kingman's m·E[ISL²]/(2(c − m·E[ISL])), which carries the pole at
     # m·E[ISL] = c (interpolating the backlog itself across it overstated it 1.3-2.6 × at load 0.9-0.95)
     ea = ms[:, None] * mu
@@ -251,12 +251,11 @@ carried backlog (``_lindley_backlog``)."""
 NEWTON_STEPS = 12
 
 
-def _cramer_lundberg(x, p, m, c):
+def _cramer_lundberg(x, p, mu, m2, m, c):
     """θ > 0 with m·(E[e^(θ·ISL)] − 1) = θ·c (arrays m, scalar c, m·E[ISL] < c): safeguarded Newton
     steps on g(θ) = log(m·(E[e^(θ·ISL)] − 1)/(θ·c)), nearly linear where e^(θ·ISL) dominates, inside
     the bracket (0, the diffusion root 2(c − mμ)/(m·E[ISL²])], bisected in log θ when a step leaves
-    it; capped at θ·max ISL = 600."""
-    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    it; capped at θ·max ISL = 600. ``mu``, ``m2``: E[ISL], E[ISL²] of (x, p)."""
     hi = np.minimum(2.0 * (c - m * mu) / (m * m2), 600.0 / float(x.max()))
     lo = np.zeros_like(hi)
     th = hi.copy()
@@ -273,7 +272,7 @@ def _cramer_lundberg(x, p, m, c):
     return np.maximum(th, 1e-30)
 
 
-def _lindley_backlog(x, p, grid, cdf, ms, cs):
+def _lindley_backlog(x, p, mu, m2, grid, cdf, ms, cs):
     """Mean backlog E[W] of one rank's discrete-time prompt queue W' = (W + A − c)⁺ (A compound
     Poisson(m) prompt tokens, c the tokens it takes per context iteration) at every (m, c) of
     ``ms`` × ``cs`` (∞ where m·E[ISL] ≥ c).
@@ -285,8 +284,8 @@ def _lindley_backlog(x, p, grid, cdf, ms, cs):
     E[U] = c − E[A]; then E[U²] follows by summing over A's lattice. Against a Monte Carlo of
     the recursion (llama2-70b prompts, c = 464 / 1,000 / 1,796, loads 0.3-0.95) this is within
     5 %; the earlier closure (W + A taken as A at a raised count), read from the table, was within
-    9 % up to load 0.8 but 1.3-2.7 × too large at 0.9-0.95 (tests/test_scheduler.py)."""
-    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    9 % up to load 0.8 but 1.3-2.7 × too large at 0.9-0.95 (tests/test_scheduler.py). ``mu``,
+    ``m2``: E[ISL], E[ISL²] of (x, p), as ``_cp_table`` returns them."""
     small = ms <= FFT_MAX_COUNT
     # A's lattice per count: the compound Poisson rows (coarsened) and a normal above FFT_MAX_COUNT
     s2 = max(1, grid.size // BACKLOG_POINTS)
@@ -304,7 +303,7 @@ def _lindley_backlog(x, p, grid, cdf, ms, cs):
         if not np.any(ok):
             continue
         m = ms[ok]
-        th = _cramer_lundberg(x, p, m, c)
+        th = _cramer_lundberg(x, p, mu, m2, m, c)
         out = np.empty(len(m))
         for sel, pts, pmf in ((small[ok], pts_s, pmf_s[ok[small]]), (~small[ok], pts_b[ok[~small]], pmf_b[ok[~small]])):
             if not np.any(sel):
@@ -644,7 +643,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
         # iteration (mean overshoot of a renewal sum past a level, E[ISL²]/(2·E[ISL]))
-        cap_c, ov = cap, stats.isl_sq / (2.0 * stats.isl_mean)
+        cap_c, ov = cap, stats.prompt_overshoot
         cap = np.where(gated, cap + ov, cap)
     elif budget:
         # whole prompts (no chunking): a rank takes prompts in order while the next one fits, so a
@@ -653,7 +652,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # des.simulate_engine, vLLM multi-step 9 at 90 %: 193 of 1,989 tokens, the wait in
         # context iterations 0.98 against 0.95 for a rank taking up to c − 193 tokens of them)
         fit = cap
-        cap = np.maximum(cap - stats.isl_sq / (2.0 * stats.isl_mean), 0.5 * cap)
+        cap = whole_prompt_budget(stats, cap)
     carried, tail = 0.0, None
     # gated with a budget the gate period G and the carried prompts feed each other (a longer period
     # carries more, which opens the gate sooner): the fixed point G = f(G), f decreasing, is
@@ -689,7 +688,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             s_mean = s_mean * imb / np.maximum(imb0, 1e-30)
             imb0 = imb
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
-            rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+            rate = request_rate(batch, t_d, s_mean, L, stats)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
             # ``carried``: ranks that carry a prompt into the next context iteration
             f, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried)
@@ -736,7 +735,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # rank is an M/G/1 queue served at c tokens per ``full`` seconds (des.simulate_engine,
             # 405B B200 Server at 0.95 qps per instance: TTFT p99 4.57 s; at the mean iteration's
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
-            rate_it = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+            rate_it = request_rate(batch, t_d, s_mean, L, stats)
             _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d)
             p_over = np.where(ungated, p_u, p_over)
             backlog = np.where(ungated, back_u, backlog)
@@ -796,6 +795,14 @@ def _gamma_tail_sums(mean, var, head: int = WAIT_HEAD_PERIODS):
     over1 = np.maximum(a * th * q1 - t * q0, 0.0)
     over2 = np.maximum(a * (a + 1.0) * th * th * q2 - t * t * q0, 0.0)
     return (np.sum(tail, axis=-1) + over1, np.sum((2.0 * k - 1.0) * tail, axis=-1) + over2 - over1, tail[..., 0])
+
+
+def whole_prompt_budget(stats: WorkloadStats, free):
+    """Prompt tokens a rank takes per context iteration from a free budget ``free`` when prompts
+    are not chunked: a rank takes prompts in order while the next one fits, so an iteration that
+    leaves some waiting leaves the budget's last gap unused, ``stats.prompt_overshoot`` on average
+    once the budget holds a few prompts (floored at half the budget for budgets that do not)."""
+    return np.maximum(free - stats.prompt_overshoot, 0.5 * free)
 
 
 def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None):
@@ -894,7 +901,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
-    rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+    rate = request_rate(batch, t_d, s_mean, L, stats)
     rho = rate * s_mean
     c_mean = eg * t_d / (1.0 - rho)
     # renewal arrivals: count variance c_a² × mean (serving.queue_metrics); d > 1 via big_var
@@ -1005,7 +1012,7 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
                 # rest of the prompt it started (mean E[ISL²]/(2·E[ISL])): beyond that the queue
                 # grows (des.simulate_engine, 9/3 chunked: 653 tokens per rank per period at
                 # saturation, free budget 447 + rest 193)
-                drain = free + stats.isl_sq / (2.0 * stats.isl_mean)
+                drain = free + stats.prompt_overshoot
                 fits = fits & ((np.asarray(d) <= 1) | (per_iter_tokens * (1.0 + e.gate_wait_iters) < drain))
         else:
             # the longest prompt must fit beside the rank's decode tokens (else it blocks its rank,
@@ -1013,9 +1020,8 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
             # prompts that together overflow a context iteration only wait for the next one
             # (multi-step: the prompts of ``decode_steps`` iterations come in one context iteration),
             # less the budget's last gap that whole prompts leave unused (``engine_queue``)
-            gap = stats.isl_sq / (2.0 * stats.isl_mean)
             fits = (stats.isl_max <= free) & (b * stats.isl_mean / stats.osl_mean * admission_period(e)
-                                              < np.maximum(free - gap, 0.5 * free))
+                                              < whole_prompt_budget(stats, free))
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
 

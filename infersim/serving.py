@@ -62,6 +62,12 @@ class WorkloadStats:
         prompt = self.isl_mean if self.isl_osl_mean is None else self.isl_osl_mean / self.osl_mean
         return prompt + self.osl_sq / (2.0 * self.osl_mean)
 
+    @property
+    def prompt_overshoot(self) -> float:
+        """Mean overshoot of the prompts' renewal sum past a token budget, E[ISL²]/(2·E[ISL]): the
+        rest of the prompt that crosses a chunked budget, the gap whole prompts leave unused."""
+        return self.isl_sq / (2.0 * self.isl_mean)
+
     @classmethod
     def from_workload(cls, workload, model=None) -> "WorkloadStats":
         """Moments of ``workload``; with a multimodal ``model`` each request's images add their
@@ -459,6 +465,13 @@ def palm_excess(scv: float, x):
     return np.interp(lx, ax, e_t), np.interp(lx, ax, v_t) * scale
 
 
+def request_rate(batch, t_d, s_mean, L, stats: WorkloadStats):
+    """Requests/s at mean occupancy ``batch`` (Little's law on the decode side): each stays for
+    OSL/L decode iterations of ``t_d`` and every one of the ``batch`` adds its prefill ``s_mean``
+    to the cycle, λ = B / (OSL·t_d/L + B·S)."""
+    return batch / (stats.osl_mean * t_d / L + batch * s_mean)
+
+
 def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, cost: StepCost) -> ServingResult:
     """Closed-form server metrics from the decode step time and prefill service moments.
 
@@ -470,7 +483,7 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     together). Checked against ``des.simulate`` with gamma gaps in tests/test_queueing.py.
     """
     ca2 = stats.arrival_scv
-    rate = batch / (stats.osl_mean * t_d / L + batch * s_mean)
+    rate = request_rate(batch, t_d, s_mean, L, stats)
     rho = rate * s_mean
     c_mean = t_d / (1.0 - rho)
     s_sq_count = s_sq if ca2 == 1.0 else s_sq + (ca2 - 1.0) * s_mean * s_mean
