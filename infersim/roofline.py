@@ -81,7 +81,13 @@ def op_time(flops, bytes_moved, flop_rate, bandwidth, compute_efficiency, memory
     tm = memory_time(bytes_moved, bandwidth, memory_efficiency)
     if np.isscalar(overlap) and overlap >= 1.0:
         return np.maximum(tc, tm), tc, tm
-    return tc + tm - overlap * np.minimum(tc, tm), tc, tm
+    return overlapped(tc, tm, overlap), tc, tm
+
+
+def overlapped(a, b, overlap):
+    """Time of two phases of which a share ``overlap`` of the shorter runs under the longer:
+    a + b − overlap·min(a, b) (1: max(a, b); 0: a + b). Broadcasts."""
+    return a + b - overlap * np.minimum(a, b)
 
 
 def exp_roof(t, tc, exps, exp_rate, efficiency):

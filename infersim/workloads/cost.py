@@ -100,7 +100,7 @@ class Coster:
         t_mma = roofline.compute_time(flops, rate, self.eff.dense_attention_fraction)
         exp_rate = self.hw.compute.exp_rate
         t_sfu = 0.0 if exp_rate is None else np.asarray(sfu_ops, dtype=float) / exp_rate
-        tc = t_mma + t_sfu - self.eff.softmax_overlap * np.minimum(t_mma, t_sfu)
+        tc = roofline.overlapped(t_mma, t_sfu, self.eff.softmax_overlap)
         tm = roofline.memory_time(bytes_moved, self.hw.memory.bandwidth, self.eff.memory_fraction)
         self._add("attention", np.maximum(tc, tm), tc, tm, count)
 
