@@ -14,6 +14,7 @@ with graphs).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import ClassVar
 
 from pydantic import Field
@@ -23,20 +24,11 @@ from ..plan import Plan
 from .base import Stage, Transform, register
 
 
-def fold_elementwise(graph: OpGraph) -> OpGraph:
-    """Drop fusable elementwise ops: their work happens inside the producing kernel's epilogue."""
-    return replace(graph, ops=tuple(op for op in graph.ops if not op.fusable), passes=graph.passes + ("fusion",))
-
-
-def fold_named(names: tuple[str, ...]):
-    """A pass dropping only the fusable elementwise ops named (those the stack's kernels absorb)."""
-    keep = frozenset(names)
-
-    def fold(graph: OpGraph) -> OpGraph:
-        return replace(graph, ops=tuple(op for op in graph.ops if not (op.fusable and op.name in keep)),
-                       passes=graph.passes + ("fusion",))
-
-    return fold
+def fold_elementwise(graph: OpGraph, names: frozenset[str] | None = None) -> OpGraph:
+    """Drop fusable elementwise ops (only those in ``names`` where given: the ones the stack's
+    kernels absorb): their work happens inside the producing kernel's epilogue."""
+    return replace(graph, ops=tuple(op for op in graph.ops if not (op.fusable and (names is None or op.name in names))),
+                   passes=graph.passes + ("fusion",))
 
 
 @register
@@ -55,6 +47,6 @@ class Fusion(Transform):
 
     def _apply(self, plan: Plan) -> Plan:
         named = plan.engine.fused_elementwise
-        fold = fold_elementwise if named is None else fold_named(named)
+        fold = fold_elementwise if named is None else partial(fold_elementwise, names=frozenset(named))
         passes = plan.graph_passes + ((("fusion", fold),) if self.fuse_elementwise else ())
         return replace(plan, graph_passes=passes, launch_scale=plan.launch_scale * self.graph_launch_fraction)
