@@ -56,6 +56,18 @@ def test_tpot_at_the_measured_occupancy_grows_with_occupancy_and_the_slower_hard
     assert slow > t[0]
     bad = run.predict(key, (), (), None, 8.0)
     assert bad.value is None and "pinned aggregated layout" in bad.reason
+    # a run's own mean output length moves the prefill per output token and the mean context; the
+    # scenario's own mean changes nothing
+    osl = run.inputs(key).scenario.workload.osl.mean
+    assert run.predict(key, (), (), lock, 64.0, osl).value == pytest.approx(t[1], rel=1e-9)
+    assert run.predict(key, (), (), lock, 64.0, 0.8 * osl).value != pytest.approx(t[1], rel=1e-6)
+
+
+def test_operating_points_carry_their_runs_tokens_per_sample(tmp_path):
+    rows = load_op_rows()
+    assert rows and all(r.tokens_per_sample is None or r.tokens_per_sample > 0 for r in rows)
+    nvidia_70b = [r.tokens_per_sample for r in rows if r.model == "llama2-70b" and r.submitter == "NVIDIA"]
+    assert nvidia_70b and all(abs(t - 274) < 15 for t in nvidia_70b if t)  # NVIDIA's llama2-70b runs: ~274
 
 
 def test_operating_point_residuals_vanish_at_the_true_values():
