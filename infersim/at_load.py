@@ -138,14 +138,7 @@ def run_output_lengths(stats, tokens_per_sample: float | None):
     the load in tokens is qps × this mean, and each request holds its decode slot that many
     iterations (Little's law), so near the engine's plateau a few per cent here move the occupancy
     that carries the rate a lot. Unchanged where the column is missing."""
-    from dataclasses import replace
-
-    if not tokens_per_sample or not tokens_per_sample > 0:
-        return stats
-    k = float(tokens_per_sample) / stats.osl_mean
-    return replace(stats, osl_mean=stats.osl_mean * k, osl_sq=stats.osl_sq * k * k, osl_points=stats.osl_points * k,
-                   osl_p99=stats.osl_p99 * k,
-                   isl_osl_mean=None if stats.isl_osl_mean is None else stats.isl_osl_mean * k)
+    return stats.with_output_mean(tokens_per_sample)
 
 
 class _Systems:

@@ -76,6 +76,12 @@ class Trace:
         return self.seg_t0[j] + (k - self.seg_k0[j]) * self.seg_dur[j]
 
 
+def _percentile(x: np.ndarray, q: float) -> float:
+    """``np.percentile``, but infinite where any sample is (numpy interpolates inf − inf to NaN,
+    and a NaN p99 would pass every latency limit)."""
+    return float(np.percentile(x, q)) if np.all(np.isfinite(x)) else float("inf")
+
+
 def run(arrivals, service, decode_cycles, t_d: float) -> Trace:
     """Simulate the engine for given arrival times (sorted), prefill service times and decode
     cycle counts per request. Deterministic; every request runs to completion."""
@@ -254,10 +260,10 @@ def simulate(rate: float, t_d: float, service: tuple, osl: tuple, L: float = 1.0
     tokens = first_in.sum() + np.sum(np.where(m > 0, (o - 1.0) * d_in / np.maximum(m, 1), 0.0))
     pk = (tr.prefill_k >= k_lo) & (tr.prefill_k <= k_hi)
     return DesResult(
-        rate=rate, ttft_mean=float(ttft.mean()), ttft_p=float(np.percentile(ttft, q)),
+        rate=rate, ttft_mean=float(ttft.mean()), ttft_p=_percentile(ttft, q),
         tpot_mean=float(tpot.mean()) if len(tpot) else float("nan"),
-        tpot_p=float(np.percentile(tpot, q)) if len(tpot) else float("nan"),
-        e2e_mean=float(e2e.mean()), e2e_p=float(np.percentile(e2e, q)),
+        tpot_p=_percentile(tpot, q) if len(tpot) else float("nan"),
+        e2e_mean=float(e2e.mean()), e2e_p=_percentile(e2e, q),
         occupancy=float(occ), decode_batch=float(d_in.sum() / n_cycles), tokens_per_s=float(tokens / span),
         prefill_share=float(tr.prefill_work[pk].sum() / span), idle_share=max(0.0, float(1.0 - busy / span)),
         cycle_mean=cycle_mean, cycle_var=cycle_var, n_requests=int(sel.sum()), n_simulated=n,
@@ -521,13 +527,13 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     span = it_time_sum
     q = percentile
     tokens_out = float(np.sum(olen[(done >= w0) & (done <= w0 + span)]))
-    return EngineDes(rate=rate, ttft_mean=float(ttft.mean()), ttft_p=float(np.percentile(ttft, q)),
-                     ttft_p50=float(np.median(ttft)), tpot_mean=float(tpot.mean()), tpot_p=float(np.percentile(tpot, q)),
+    return EngineDes(rate=rate, ttft_mean=float(ttft.mean()), ttft_p=_percentile(ttft, q),
+                     ttft_p50=float(np.median(ttft)), tpot_mean=float(tpot.mean()), tpot_p=_percentile(tpot, q),
                      tpot_p50=float(np.median(tpot)), occupancy=occ_area / span, tokens_per_s=tokens_out / span,
                      iteration_mean=it_time_sum / max(it_count, 1), gate_iters=float(np.mean(gaps)) if gaps else 1.0,
                      busiest_prompt_tokens=float(np.mean(big_tokens)) if big_tokens else 0.0,
                      slot_wait_share=float(slot_wait[sel].mean()) if sel.any() else float('nan'), budget_spill_share=n_spill / max(n_adm_iters, 1),
                      blocked=bool(blocked), n_requests=int(sel.sum()), wall_s=time.perf_counter() - t0,
                      e2e_mean=float(e2e.mean()) if len(e2e) else float("inf"),
-                     e2e_p=float(np.percentile(e2e, q)) if len(e2e) else float("inf"),
+                     e2e_p=_percentile(e2e, q) if len(e2e) else float("inf"),
                      e2e_p50=float(np.median(e2e)) if len(e2e) else float("inf"))

@@ -10,7 +10,7 @@ arrival rate that sustains occupancy B (Little's law), p99 TTFT and p99 per-requ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -67,6 +67,17 @@ class WorkloadStats:
         """Mean overshoot of the prompts' renewal sum past a token budget, E[ISL²]/(2·E[ISL]): the
         rest of the prompt that crosses a chunked budget, the gap whole prompts leave unused."""
         return self.isl_sq / (2.0 * self.isl_mean)
+
+    def with_output_mean(self, osl_mean: float | None) -> "WorkloadStats":
+        """These stats with the output lengths scaled to mean ``osl_mean`` (the distribution keeps
+        its shape); unchanged for None or a non-positive mean. A run's own generated tokens per
+        sample set the load it carried in tokens (``at_load``, operating-point fits)."""
+        if not osl_mean or not osl_mean > 0:
+            return self
+        k = float(osl_mean) / self.osl_mean
+        return replace(self, osl_mean=self.osl_mean * k, osl_sq=self.osl_sq * k * k, osl_points=self.osl_points * k,
+                       osl_p99=self.osl_p99 * k,
+                       isl_osl_mean=None if self.isl_osl_mean is None else self.isl_osl_mean * k)
 
     @classmethod
     def from_workload(cls, workload, model=None) -> "WorkloadStats":

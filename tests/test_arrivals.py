@@ -169,12 +169,13 @@ def test_bursty_trace_has_worse_p99_ttft_than_smooth_as_the_des_says(tmp_path):
 def test_burstier_traffic_never_raises_capacity_under_the_limits(mode):
     """The best point meeting p99 TTFT/TPOT: smooth ≥ Poisson ≥ bursty output tokens/s (the
     disaggregated prefill pool's queue uses the Allen-Cunneen G/G/1 wait). The p99 TTFT limit is
-    tightened to 200 ms so that the queue, which the arrival process shapes, is what binds (at the
-    scenario's 1 s the best point can sit on the batch cap, where every process gives the same)."""
+    tightened to 250 ms so that the queue, which the arrival process shapes, is what binds (at the
+    scenario's 1 s the best point can sit on the batch cap, where every process gives the same; at
+    200 ms the bursty disaggregated case has no feasible point with the 2026-11-26 fit)."""
     from infersim.api import load_inputs
 
     base = load_inputs("h200-sxm", "llama3.1-70b", "chat-1k-1k")
-    slo = base.scenario.slo.model_copy(update={"ttft_ms": 200.0})
+    slo = base.scenario.slo.model_copy(update={"ttft_ms": 250.0})
     flags = {"enable": ["disagg"]} if mode == "disagg" else {"disable": ["disagg"]}
     got = []
     for ca2 in (0.25, 1.0, 4.0):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import dataclasses
 
 import pytest
@@ -55,6 +56,18 @@ def test_tpot_at_the_measured_occupancy_grows_with_occupancy_and_the_slower_hard
     assert slow > t[0]
     bad = run.predict(key, (), (), None, 8.0)
     assert bad.value is None and "pinned aggregated layout" in bad.reason
+    # a run's own mean output length moves the prefill per output token and the mean context; the
+    # scenario's own mean changes nothing
+    osl = run.inputs(key).scenario.workload.osl.mean
+    assert run.predict(key, (), (), lock, 64.0, osl).value == pytest.approx(t[1], rel=1e-9)
+    assert run.predict(key, (), (), lock, 64.0, 0.8 * osl).value != pytest.approx(t[1], rel=1e-6)
+
+
+def test_operating_points_carry_their_runs_tokens_per_sample(tmp_path):
+    rows = load_op_rows()
+    assert rows and all(r.tokens_per_sample is None or r.tokens_per_sample > 0 for r in rows)
+    nvidia_70b = [r.tokens_per_sample for r in rows if r.model == "llama2-70b" and r.submitter == "NVIDIA"]
+    assert nvidia_70b and all(abs(t - 274) < 15 for t in nvidia_70b if t)  # NVIDIA's llama2-70b runs: ~274
 
 
 def test_operating_point_residuals_vanish_at_the_true_values():
@@ -102,3 +115,37 @@ def test_cross_validation_never_fits_the_held_out_folds_operating_points(monkeyp
     for hws, models, fold_ops in seen:
         assert all(o.hardware in hws and o.model in models for o in fold_ops)
     assert [len(f) for _, _, f in seen] == [1, 1, 2, 0]  # h100 out, h200 out, llama2-70b out, llama3.1-8b out
+
+
+@pytest.mark.parametrize("t0,c,bias", [(0.02, 0.0001, 1.03), (0.01, 0.0004, 0.97), (0.03, 0.00002, 1.05)])
+def test_operating_point_residual_is_the_tpot_error_at_the_measured_load(t0, c, bias):
+    """On a step-cost curve t(B) = t0 + c·B, a model whose curve is ``bias`` × the true one
+    predicts, at the measured rate B_m / t(B_m), a TPOT whose log error ``op_residual`` gives
+    to first order: the step-cost error δ amplified by 1 / (1 − d ln t / d ln B)."""
+
+    from scipy.optimize import brentq
+
+    from infersim.accuracy.fit import OP_SLOPE_STEP, op_residual
+
+    def t_true(b):
+        return t0 + c * b
+
+    def t_model(b):
+        return bias * t_true(b)
+
+    b_m = 0.8 * t0 / c  # ε = 0.44 at the measured point
+    rate = b_m / t_true(b_m)
+    b_star = brentq(lambda b: b / t_model(b) - rate, 1e-9, 1e9)
+    exact = math.log(t_model(b_star) / t_true(b_m))
+    r = op_residual((t_model(b_m), t_model(b_m * (1 + OP_SLOPE_STEP))), t_true(b_m), cap=10.0)
+    assert r == pytest.approx(exact, rel=0.05)
+    assert abs(r) > 1.5 * abs(math.log(bias))  # amplified, not the plain step-cost error
+    # the cap bounds it; a cap of 1 gives the plain error
+    assert op_residual((t_model(b_m), t_model(b_m * 1.02)), t_true(b_m), cap=1.0) == pytest.approx(math.log(bias))
+
+
+def test_operating_point_residual_at_the_rate_limit_is_capped():
+    from infersim.accuracy.fit import op_residual
+
+    # t ∝ B: no occupancy carries a higher rate; the error counts cap times
+    assert op_residual((0.1, 0.102), 0.095, cap=10.0) == pytest.approx(10.0 * math.log(0.1 / 0.095))

@@ -158,13 +158,15 @@ def test_closed_form_matches_engine_des(d, gate, budget, load):
     assert not bad, f"outside tolerance: {bad}"
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_flags_agree_when_limits_bind():
-    """Above the cap / budget both sides flag the point."""
+    """Above the cap / budget both sides flag the point (a stuck engine's p99 is inf, not NaN)."""
     eng = Engine(max_batch_size=16, gate_timeout_iters=0)
     r = closed(eng, 1, 15.5)
     sim = des.simulate_engine(float(r.rate[0]), 1, eng, decode_time, S_TOK, (stats().isl_points, stats().isl_probs), OSL,
                               n_requests=4000, seed=1)
     assert int(r.reason[0]) == Reason.BATCH_LIMIT and not des_ok(sim)
+    assert not (np.isnan(sim.ttft_p) or np.isnan(sim.tpot_p))
     eng = Engine(max_num_tokens=600, chunked_prefill=False)
     r = closed(eng, 8, 200.0)
     sim = des.simulate_engine(float(r.rate[0]), 8, eng, decode_time, S_TOK, (stats().isl_points, stats().isl_probs), OSL,

@@ -108,6 +108,8 @@ class OpRow:
     tpot_mean_s: float
     """Measured mean time per output token, seconds."""
     key: PredictionKey
+    tokens_per_sample: float | None = None
+    """LoadGen's generated tokens per sample of the run (its mean output length), when recorded."""
 
     @property
     def label(self) -> str:
@@ -132,7 +134,8 @@ def load_op_rows(path: str | os.PathLike | None = None, presets_dir: str | os.Pa
                             int(n))
         ident = (version, cols.get("submitter", ""), cols.get("system", ""), model, scen, int(n), occ, tpot)
         out.setdefault(ident, OpRow(version, hw, model, scen, cols.get("submitter", "").strip(),
-                                    cols.get("system", "").strip(), int(n), occ, tpot * 1e-3, key))
+                                    cols.get("system", "").strip(), int(n), occ, tpot * 1e-3, key,
+                                    _num(cols.get("tokens_per_sample"))))
     return list(out.values())
 
 

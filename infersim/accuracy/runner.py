@@ -105,19 +105,21 @@ class Runner:
 
     # ---- one prediction -----------------------------------------------------------------------
     def predict(self, key: PredictionKey, hw_values: Values = (), round_values: Values = (),
-                lock: Lock | None = None, occupancy: float | tuple[float, ...] | None = None) -> Outcome:
+                lock: Lock | None = None, occupancy: float | tuple[float, ...] | None = None,
+                osl_mean: float | None = None) -> Outcome:
         """Tokens/s of ``key`` under trial values (cached); failures become reasons.
 
         With ``occupancy`` (mean sequences in flight over the whole system, or a tuple of them) and
         a ``lock`` with a layout: the mean time per output token, seconds (a tuple for a tuple), of
-        that pinned aggregated configuration at that occupancy instead (``tpot_at``)."""
-        ckey = (key, hw_values, round_values, lock, occupancy)
+        that pinned aggregated configuration at that occupancy instead (``tpot_at``), with the
+        scenario's output lengths scaled to mean ``osl_mean`` where given (a run's own)."""
+        ckey = (key, hw_values, round_values, lock, occupancy, osl_mean)
         hit = self.cache.get(ckey)
         if hit is not None:
             return hit
         self.calls += 1
         if occupancy is not None:
-            out = self.tpot_at(key, hw_values, round_values, lock, occupancy)
+            out = self.tpot_at(key, hw_values, round_values, lock, occupancy, osl_mean)
             self.cache[ckey] = out
             return out
         out = self._predict(key, hw_values, round_values, lock)
@@ -148,7 +150,7 @@ class Runner:
         return Outcome(value, "", self._lock_of(preset, pred.config))
 
     def tpot_at(self, key: PredictionKey, hw_values: Values, round_values: Values, lock: Lock | None,
-                occupancy: float | tuple[float, ...]) -> Outcome:
+                occupancy: float | tuple[float, ...], osl_mean: float | None = None) -> Outcome:
         """Mean TPOT (seconds) of the configuration ``lock`` pins, at ``occupancy`` sequences in
         flight over the system (spread evenly over its instances): ``scheduler.server`` at the
         per-instance occupancy, no search; a tuple of occupancies is one array evaluation and gives
@@ -178,7 +180,7 @@ class Runner:
             n_inst = int(replicas(lay, key.accelerators, plan.hardware.scale_up.domain_size))
             if n_inst < 1:
                 return Outcome(None, "bad input: the pinned layout does not fit the accelerators", None)
-            stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model)
+            stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).with_output_mean(osl_mean)
             occ = np.atleast_1d(np.asarray(occupancy, dtype=float))
             res = server(plan, lay, occ / n_inst, stats, 99.0, key.accelerators / (tp * pp))
             values = np.broadcast_to(np.asarray(res.tpot_mean, dtype=float), occ.shape)
@@ -235,7 +237,7 @@ class Runner:
 
     @staticmethod
     def _ckey(task: tuple) -> tuple:
-        return tuple(task) + ((), (), None, None)[len(task) - 1:]
+        return tuple(task) + ((), (), None, None, None)[len(task) - 1:]
 
     def start_pool(self, workers: int) -> None:
         """Predict uncached keys in ``workers`` forked processes (no-op for 1 or without fork)."""
