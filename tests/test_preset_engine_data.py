@@ -41,3 +41,33 @@ def test_v51_llama2_70b_server_on_h200_uses_the_h200_runs_budget():
 def test_v51_llama2_70b_override_does_not_leak(hw, kind, expected):
     e = load_preset("v5.1").engine_for("llama2-70b", kind, hw)
     assert (e.max_batch_size, e.max_num_tokens) == expected
+
+
+@pytest.mark.parametrize("version,hw,gb", [
+    ("v5.1", "b200", False), ("v5.1", "gb200-nvl72", True),
+    ("v6.0", "b200", False), ("v6.0", "gb200-nvl72", True), ("v6.0", "b300", False),
+])
+def test_deepseek_offline_engine_is_the_hardware_runs_own(version, hw, gb):
+    """DeepSeek-R1 Offline on B200/GB200 ran 512-sequence engines and on B300 1,024-sequence ones,
+    not the GB300 x72 recipe's 1,536 (every B200 and GB200 run; 6 of 7 B300 runs)."""
+    die = hw.upper().replace("-NVL72", "").removeprefix("G")  # B200, B300
+    seen = Counter()
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            name = r["system"].upper()
+            if (r["version"], r["benchmark"], r["scenario"]) == (version, "deepseek-r1", "Offline") \
+                    and die in name and (("G" + die) in name) == gb:
+                seen[int(float(r["max_batch_size"])), int(float(r["max_num_tokens"]))] += 1
+    e = load_preset(version).engine_for("deepseek-r1", "offline", hw)
+    assert (e.max_batch_size, e.max_num_tokens) == seen.most_common(1)[0][0]
+    assert max(e.graph_sizes) == e.max_batch_size and not e.chunked_prefill
+
+
+def test_deepseek_server_and_interactive_keep_the_model_recipe_where_runs_split():
+    """v6.0 B200 Server runs split (Dell/Google 512/3456, Nebius 640/4608) and GB200's hardware block
+    would reach Interactive: both keep the model's GB300 recipe outside Offline."""
+    for hw in ("b200", "gb200-nvl72"):
+        for kind in ("server", "interactive"):
+            e = load_preset("v6.0").engine_for("deepseek-r1", kind, hw)
+            assert (e.max_batch_size, e.max_num_tokens) == (640, 4608), (hw, kind)
+    assert load_preset("v6.0").engine_for("deepseek-r1", "offline", "gb300-nvl72").max_batch_size == 1536
