@@ -51,6 +51,24 @@ def test_shipped_round_factors_are_monotone():
     assert acc_params.monotone_violations(values) == []
 
 
+def test_shipped_round_factors_inside_their_ranges():
+    """A round's factor is its neighbour's times improvement steps; the chain must not carry it out
+    of its documented range (v4.0's host factor was 7.93 of 0-5 until 2026-11-26)."""
+    for r in list_rounds():
+        for name, f in acc_params.ROUND_FACTORS.items():
+            v = float(getattr(load_preset(r), name))
+            assert f.range.lower <= v <= f.range.upper, f"{r}.{name} = {v} outside {f.range.lower}-{f.range.upper}"
+
+
+def test_round_chain_values_stay_inside_the_range():
+    """``round_values`` clamps a factor the improvement steps would carry past its range."""
+    steps = [acc_params.Parameter("step", "v4.1", "host_overhead_scale", 1.0, 2.0, 2.0, 1.0, "v5.0"),
+             acc_params.Parameter("step", "v4.0", "host_overhead_scale", 1.0, 2.0, 2.0, 1.0, "v4.1")]
+    out = acc_params.round_values(steps, [2.0, 2.0], {"host_overhead_scale": 2.0}, "v5.0")
+    assert out["v4.1"]["host_overhead_scale"] == 4.0
+    assert out["v4.0"]["host_overhead_scale"] == acc_params.ROUND_FACTORS["host_overhead_scale"].range.upper
+
+
 @pytest.mark.parametrize("hw_id", catalog.list_ids("hardware"))
 def test_shipped_hardware_parameters_inside_their_ranges(hw_id):
     eff = catalog.load_hardware(hw_id).efficiency

@@ -206,7 +206,9 @@ def round_parameters(rounds: Sequence[str], reference: str, names: Sequence[str]
 
 def round_values(params: Sequence[Parameter], theta: Sequence[float], anchor: Mapping[str, float],
                  reference: str) -> dict[str, dict[str, float]]:
-    """Absolute round factors from improvement factors, walking out from the reference's ``anchor``."""
+    """Absolute round factors from improvement factors, walking out from the reference's ``anchor``;
+    a factor the steps would carry past its documented range stays on the range's bound (order
+    is kept: the bound is never on the wrong side of the neighbour's in-range value)."""
     steps = {(p.owner, p.name): (p.neighbour, t) for p, t in zip(params, theta) if p.kind == "step"}
     out: dict[str, dict[str, float]] = {reference: dict(anchor)}
 
@@ -216,8 +218,9 @@ def round_values(params: Sequence[Parameter], theta: Sequence[float], anchor: Ma
         nb, g = steps[(r, name)]
         base = value(nb, name)
         newer = _newer(r, nb)
-        d = ROUND_FACTORS[name].direction
-        v = base * (g ** d if newer else g ** (-d))
+        f = ROUND_FACTORS[name]
+        v = base * (g ** f.direction if newer else g ** (-f.direction))
+        v = min(max(v, f.range.lower), f.range.upper)  # the steps may not carry it out of its range
         out.setdefault(r, {})[name] = v
         return v
 
@@ -312,10 +315,12 @@ def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[s
             if (r, name) not in stepped:
                 continue
             rng = ROUND_FACTORS[name].range
-            if not rng.lower <= v <= rng.upper:
-                out.append(Finding(f"{r}.{name}", float(v), rng.lower if v < rng.lower else rng.upper,
-                                   "lower" if v < rng.lower else "upper",
-                                   f"{r}.{name} = {v:.4g} lies outside its range {rng.lower:g}-{rng.upper:g}"))
+            tol = BOUND_TOLERANCE * (rng.upper - rng.lower)
+            if v <= rng.lower + tol or v >= rng.upper - tol:
+                side = "lower" if v <= rng.lower + tol else "upper"
+                out.append(Finding(f"{r}.{name}", float(v), rng.lower if side == "lower" else rng.upper, side,
+                                   f"{r}.{name} = {v:.4g} is on the {side} bound of its range {rng.lower:g}-"
+                                   f"{rng.upper:g}: the round steps would carry it beyond"))
     return out
 
 
