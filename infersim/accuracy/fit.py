@@ -296,8 +296,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         op_measured = np.array([o.tpot_mean_s for o in ops])
 
         def op_eval(hw, rnd) -> list[float | None]:
-            """Model mean TPOT per operating point, at the run's own mean output length; one evaluation
-            per key and output length over all its occupancies."""
+            """Model mean TPOT per operating point at its measured occupancy and (1 + ``OP_SLOPE_STEP``)
+            times it, at the run's own mean output length; one evaluation per key and output length
+            over all its occupancies."""
             groups: dict[tuple[PredictionKey, float | None], list[int]] = {}
             for i, o in enumerate(ops):
                 groups.setdefault((o.key, o.tokens_per_sample), []).append(i)
@@ -311,7 +312,11 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     out[i] = None if vals[2 * n] is None else (vals[2 * n], vals[2 * n + 1])
             return out
 
-        op_first = [None if v is None else v[0] for v in op_eval(base_hw, base_rnd)]
+        def op_tpot(hw, rnd) -> list[float | None]:
+            """``op_eval``'s TPOT at the measured occupancies only."""
+            return [None if v is None else v[0] for v in op_eval(hw, rnd)]
+
+        op_first = op_tpot(base_hw, base_rnd)
         keep_ops = [i for i, v in enumerate(op_first) if v is not None]
         ops = [ops[i] for i in keep_ops]
         op_measured = op_measured[keep_ops]
@@ -439,7 +444,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         after = stats([abs(v / fr.row.tokens_per_s - 1) * 100 for fr, v in zip(fit, after_values) if v is not None])
         final_op = run.predict_many([(o.key, _vals(hw[o.hardware]), _vals(rnd[o.key.preset]), OP_SEARCH) for o in ops])
         op_locks.update({o.key: out.lock for o, out in zip(ops, final_op) if out.lock is not None})
-        op_after_values = [None if v is None else v[0] for v in op_eval(hw, rnd)]
+        op_after_values = op_tpot(hw, rnd)
         op_after = stats([abs(v / m - 1) * 100 for v, m in zip(op_after_values, op_measured) if v is not None])
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]

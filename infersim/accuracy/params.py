@@ -286,7 +286,8 @@ def _on_bound(label: str, v: float, side: str, rng: Range, why: str) -> str:
 
 def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[str, Mapping[str, float]]
                    ) -> list[Finding]:
-    """Findings for every parameter on a bound, and for round factors outside their range."""
+    """Findings for every parameter on a bound, and for round factors on their range's bound (where
+    ``round_values`` holds a factor the round steps would carry beyond it)."""
     out = []
     for p, xi in zip(params, x):
         side = "lower" if xi <= BOUND_TOLERANCE else "upper" if xi >= 1 - BOUND_TOLERANCE else None
@@ -319,8 +320,7 @@ def bound_findings(params: Sequence[Parameter], x: np.ndarray, rounds: Mapping[s
             if v <= rng.lower + tol or v >= rng.upper - tol:
                 side = "lower" if v <= rng.lower + tol else "upper"
                 out.append(Finding(f"{r}.{name}", float(v), rng.lower if side == "lower" else rng.upper, side,
-                                   f"{r}.{name} = {v:.4g} is on the {side} bound of its range {rng.lower:g}-"
-                                   f"{rng.upper:g}: the round steps would carry it beyond"))
+                                   _on_bound(f"{r}.{name}", v, side, rng, "the round steps would carry it beyond")))
     return out
 
 
