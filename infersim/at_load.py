@@ -91,6 +91,9 @@ def run_engine(engine, settings: dict[str, str]):
         kw["graph_sizes"] = ()
     elif graphs.startswith("true"):  # graphs on, sizes not recorded: the stack's default, every size
         kw["graph_sizes"] = None
+    if graphs.startswith("true"):  # piecewise graphs (vLLM V1 FULL_AND_PIECEWISE, TensorRT-LLM
+        # torch_compile piecewise) also run the iterations that carry prompt tokens
+        kw["graphs_capture_prompts"] = "piecewise" in graphs or "piecewise" in settings.get("extra", "").lower()
     if num("stream_interval"):
         kw["stream_interval"] = int(num("stream_interval"))
     steps = re.search(r"(?:^|;)\s*num_scheduler_steps=(\d+)", settings.get("extra", ""))

@@ -181,9 +181,14 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     eff = hw.efficiency
     stage_shape = shape.scaled(1.0 / layout.pp)
     launch = eff.launch_overhead_us * 1e-6 * plan.launch_scale
-    if plan.graph_max_batch is not None and plan.launch_scale < 1.0:
-        # steps with more sequences per rank than the largest captured graph run eagerly
-        eager = stage_shape.decode_seqs / layout.dp > plan.graph_max_batch
+    if plan.launch_scale < 1.0:
+        # steps with more sequences per rank than the largest captured graph run eagerly, and so do
+        # steps that carry prompt tokens unless the stack's graphs capture them too
+        eager = np.asarray(stage_shape.prefill_seqs, dtype=float) > 0.0
+        if plan.engine.graphs_capture_prompts:
+            eager = np.zeros_like(eager)
+        if plan.graph_max_batch is not None:
+            eager = eager | (stage_shape.decode_seqs / layout.dp > plan.graph_max_batch)
         launch = np.where(eager, eff.launch_overhead_us * 1e-6, launch)
     whole = _price(plan, stage_graph(plan, layout, stage_shape), detail)
     compute = whole.compute

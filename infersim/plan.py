@@ -89,6 +89,9 @@ class Engine:
     graph_sizes: tuple[int, ...] | None = None
     """Per-rank decode batch sizes with a captured CUDA graph, ascending (None: every size; empty:
     no graphs, every iteration launches its kernels)."""
+    graphs_capture_prompts: bool = False
+    """The captured CUDA graphs also run iterations that carry prompt tokens (vLLM V1 piecewise
+    graphs); False: only decode-only iterations replay a graph (TensorRT-LLM, SGLang, vLLM V0)."""
     stream_interval: int = 1
     """Output tokens per streamed response chunk (host work per token falls as it grows)."""
     python_executor: bool = False
