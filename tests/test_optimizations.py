@@ -141,12 +141,15 @@ def test_graphs_replay_decode_only_iterations():
     eager = replace(BASE, engine=replace(BASE.engine, graph_sizes=()))
     eager = opt.make("fusion").apply(eager)
     piecewise = replace(fused, engine=replace(fused.engine, graphs_capture_prompts=True))
-    decode, mixed = replace(SHAPE, prefill_seqs=0.0), SHAPE
+    decode, mixed, average = replace(SHAPE, prefill_seqs=0.0), replace(SHAPE, prefill_seqs=1.0), SHAPE
     kernels = lambda p, s: float(step_cost(p, LAYOUT, s).by_kind["overhead"])  # noqa: E731
     assert kernels(eager, decode) > kernels(fused, decode)  # no graphs: full launch cost
     assert kernels(fused, mixed) > kernels(piecewise, mixed)  # prompt tokens: eager unless piecewise
     assert kernels(fused, mixed) == pytest.approx(kernels(eager, mixed))
     assert kernels(piecewise, mixed) - kernels(fused, decode) < 0.5 * (kernels(fused, mixed) - kernels(fused, decode))
+    # a steady-state average of half a prompt per step launches eagerly on about half its steps
+    half = (kernels(fused, average) - kernels(piecewise, average)) / (kernels(fused, mixed) - kernels(piecewise, mixed))
+    assert half == pytest.approx(0.5, abs=0.05)
 
 
 def test_attention_dp_avoids_replicating_the_mla_cache():
