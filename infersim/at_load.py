@@ -63,7 +63,8 @@ def run_engine(engine, settings: dict[str, str]):
     """``engine`` (the round preset's) with the run's own settings where its config gives them:
     batch cap (``max_batch_size``: TensorRT-LLM per attention rank, vLLM ``max_num_seqs``), token
     budget (``max_num_tokens`` / ``max_num_batched_tokens``), chunked prefill, the attention-DP gate
-    (only where the run enabled attention DP), explicit CUDA-graph sizes, ``stream_interval`` and
+    (only where the run enabled attention DP), CUDA graphs (explicit sizes; ``cuda_graphs`` False: none,
+    True without sizes: every size), ``stream_interval`` and
     vLLM's ``num_scheduler_steps`` (``extra`` column).
     Inputs of the run, never its measured results."""
     from dataclasses import replace
@@ -83,8 +84,16 @@ def run_engine(engine, settings: dict[str, str]):
     elif adp == "true":
         kw.update(gate_timeout_iters=int(num("adp_timeout_iters") or 0), gate_wait_iters=int(num("adp_batching_wait_iters") or 0))
     sizes = _graph_sizes(settings.get("cuda_graph_batch_sizes", ""))
+    graphs = settings.get("cuda_graphs", "").strip().lower()
     if sizes:
         kw["graph_sizes"] = sizes
+    elif graphs == "false":  # an engine without CUDA graphs: every iteration launches its kernels
+        kw["graph_sizes"] = ()
+    elif graphs.startswith("true"):  # graphs on, sizes not recorded: the stack's default, every size
+        kw["graph_sizes"] = None
+    if graphs.startswith("true"):  # piecewise graphs (vLLM V1 FULL_AND_PIECEWISE, TensorRT-LLM
+        # torch_compile piecewise) also run the iterations that carry prompt tokens
+        kw["graphs_capture_prompts"] = "piecewise" in graphs or "piecewise" in settings.get("extra", "").lower()
     if num("stream_interval"):
         kw["stream_interval"] = int(num("stream_interval"))
     steps = re.search(r"(?:^|;)\s*num_scheduler_steps=(\d+)", settings.get("extra", ""))

@@ -181,10 +181,17 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     eff = hw.efficiency
     stage_shape = shape.scaled(1.0 / layout.pp)
     launch = eff.launch_overhead_us * 1e-6 * plan.launch_scale
-    if plan.graph_max_batch is not None and plan.launch_scale < 1.0:
-        # steps with more sequences per rank than the largest captured graph run eagerly
-        eager = stage_shape.decode_seqs / layout.dp > plan.graph_max_batch
-        launch = np.where(eager, eff.launch_overhead_us * 1e-6, launch)
+    if plan.launch_scale < 1.0:
+        # Steps with more sequences per rank than the largest captured graph run eagerly, and so do
+        # steps that carry prompt tokens unless the stack's graphs capture them too. A steady-state
+        # average shape (``prefill_seqs`` < 1 prompts per step) carries prompt tokens on about that
+        # share of its steps: only those launch eagerly.
+        eager = np.zeros_like(np.asarray(shape.prefill_seqs, dtype=float))
+        if not plan.engine.graphs_capture_prompts:
+            eager = np.clip(np.asarray(shape.prefill_seqs, dtype=float), 0.0, 1.0)
+        if plan.graph_max_batch is not None:
+            eager = np.where(stage_shape.decode_seqs / layout.dp > plan.graph_max_batch, 1.0, eager)
+        launch = launch + eager * (eff.launch_overhead_us * 1e-6 - launch)
     whole = _price(plan, stage_graph(plan, layout, stage_shape), detail)
     compute = whole.compute
     comm_total = whole.by_kind["comm"]

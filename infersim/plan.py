@@ -87,7 +87,11 @@ class Engine:
     """Multi-step scheduling (vLLM V0 ``num_scheduler_steps``): the scheduler runs once every this
     many decode iterations, so waiting prompts are admitted only then (1: every iteration)."""
     graph_sizes: tuple[int, ...] | None = None
-    """Per-rank decode batch sizes with a captured CUDA graph, ascending (None: every size)."""
+    """Per-rank decode batch sizes with a captured CUDA graph, ascending (None: every size; empty:
+    no graphs, every iteration launches its kernels)."""
+    graphs_capture_prompts: bool = False
+    """The captured CUDA graphs also run iterations that carry prompt tokens (vLLM V1 piecewise
+    graphs); False: only decode-only iterations replay a graph (TensorRT-LLM, SGLang, vLLM V0)."""
     stream_interval: int = 1
     """Output tokens per streamed response chunk (host work per token falls as it grows)."""
     python_executor: bool = False
@@ -102,7 +106,9 @@ class Engine:
 
     @property
     def graph_max(self) -> float | None:
-        return None if not self.graph_sizes else float(self.graph_sizes[-1])
+        if self.graph_sizes is None:
+            return None
+        return float(self.graph_sizes[-1]) if self.graph_sizes else 0.0
 
 
 def admission_period(engine) -> int:

@@ -29,7 +29,8 @@ TRUE = {"compute_fraction": 0.6, "memory_fraction": 0.65}
 # fractions are visible in the data
 KEYS = [("llama2-70b", "offline", 8), ("llama2-70b", "server", 8), ("llama2-70b", "interactive", 8),
         ("llama3.1-8b", "offline", 1), ("llama3.1-8b", "server", 1), ("mixtral-8x7b", "offline", 8),
-        ("mixtral-8x7b", "server", 8), ("llama2-70b", "offline", 1)]
+        ("mixtral-8x7b", "server", 8), ("llama2-70b", "offline", 1), ("llama2-70b", "interactive", 4),
+        ("llama3.1-405b", "server", 8)]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -427,8 +428,9 @@ def _die_folder(tmp_path, **kernels_as):
 def test_profiles_on_one_die_fit_one_kernel_efficiency_and_their_own_host_cost(tmp_path, monkeypatch):
     # rows generated with different compute fractions (0.55 and 0.70): tied, the two profiles get one
     # value between them from both's rows; untied, each recovers its own
-    rows = synthetic_rows("h100-sxm", {"compute_fraction": 0.55}, keys=KEYS[:5]) + \
-        synthetic_rows("h200-sxm", {"compute_fraction": 0.70}, keys=KEYS[:5])
+    keys = KEYS[:5] + KEYS[-2:]  # the last two: rows whose step is not all compute (overhead is told apart)
+    rows = synthetic_rows("h100-sxm", {"compute_fraction": 0.55}, keys=keys) + \
+        synthetic_rows("h200-sxm", {"compute_fraction": 0.70}, keys=keys)
     monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path, **{"h200-sxm": "h100-sxm"})))
     tied = accuracy.calibrate(rows, fit_rounds=False, parameters=("compute_fraction", "step_overhead_ms"),
                               prior_weight=0.0, max_nfev=20)

@@ -2,6 +2,8 @@
 first-order effects point the right way."""
 
 
+from dataclasses import replace
+
 import pytest
 
 from infersim import comm, optimizations as opt
@@ -129,6 +131,25 @@ def test_fusion_removes_elementwise_work_and_launch_cost():
     a, b = step_cost(BASE, LAYOUT, SHAPE), step_cost(fused, LAYOUT, SHAPE)
     assert float(b.by_kind["elementwise"]) == 0.0 < float(a.by_kind["elementwise"])
     assert float(b.by_kind["overhead"]) < float(a.by_kind["overhead"])
+
+
+def test_graphs_replay_decode_only_iterations():
+    """Captured graphs cut the launch cost of decode-only iterations; an iteration carrying prompt
+    tokens launches eagerly (TensorRT-LLM decode CUDA graphs) unless the stack's graphs run mixed
+    batches too (vLLM V1 piecewise); an empty capture list launches every iteration eagerly."""
+    fused = opt.make("fusion").apply(BASE)
+    eager = replace(BASE, engine=replace(BASE.engine, graph_sizes=()))
+    eager = opt.make("fusion").apply(eager)
+    piecewise = replace(fused, engine=replace(fused.engine, graphs_capture_prompts=True))
+    decode, mixed, average = replace(SHAPE, prefill_seqs=0.0), replace(SHAPE, prefill_seqs=1.0), SHAPE
+    kernels = lambda p, s: float(step_cost(p, LAYOUT, s).by_kind["overhead"])  # noqa: E731
+    assert kernels(eager, decode) > kernels(fused, decode)  # no graphs: full launch cost
+    assert kernels(fused, mixed) > kernels(piecewise, mixed)  # prompt tokens: eager unless piecewise
+    assert kernels(fused, mixed) == pytest.approx(kernels(eager, mixed))
+    assert kernels(piecewise, mixed) - kernels(fused, decode) < 0.5 * (kernels(fused, mixed) - kernels(fused, decode))
+    # a steady-state average of half a prompt per step launches eagerly on about half its steps
+    half = (kernels(fused, average) - kernels(piecewise, average)) / (kernels(fused, mixed) - kernels(piecewise, mixed))
+    assert half == pytest.approx(0.5, abs=0.05)
 
 
 def test_attention_dp_avoids_replicating_the_mla_cache():

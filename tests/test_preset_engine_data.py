@@ -71,3 +71,40 @@ def test_deepseek_server_and_interactive_keep_the_model_recipe_where_runs_split(
             e = load_preset("v6.0").engine_for("deepseek-r1", kind, hw)
             assert (e.max_batch_size, e.max_num_tokens) == (640, 4608), (hw, kind)
     assert load_preset("v6.0").engine_for("deepseek-r1", "offline", "gb300-nvl72").max_batch_size == 1536
+
+
+def _graph_runs(version: str, benchmark: str, scenario: str, die: str, gb: bool) -> Counter:
+    """cuda_graphs of the runs of that round, benchmark and scenario on that die (GB systems or not)."""
+    seen = Counter()
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            name = r["system"].upper()
+            if (r["version"], r["scenario"]) == (version, scenario) and r["benchmark"].startswith(benchmark) \
+                    and die in name and (("G" + die) in name) == gb and r["cuda_graphs"]:
+                seen[r["cuda_graphs"].split()[0].lower() == "true" or bool(r["cuda_graph_batch_sizes"])] += 1
+    return seen
+
+
+@pytest.mark.parametrize("version,model,hw,kind", [
+    (v, m, hw, k) for v in ("v5.1", "v6.0") for m in ("llama2-70b", "llama3.1-405b")
+    for hw in ("b200", "h200-sxm") for k in ("server", "offline", "interactive")
+] + [("v6.0", m, "b300", k) for m in ("llama2-70b", "llama3.1-405b") for k in ("server", "offline", "interactive")]
+  + [("v5.1", "llama3.1-8b", hw, k) for hw in ("b200", "h200-sxm") for k in ("server", "offline")])
+def test_cuda_graphs_are_the_runs_own(version, model, hw, kind):
+    """A preset captures CUDA graphs exactly where that hardware's runs did (TensorRT-engine runs of
+    Llama-2-70B and Llama-3.1-405B use none; Llama-3.1-8B on B200 does, on H200 not)."""
+    die = hw.split("-")[0].upper()
+    runs = _graph_runs(version, model, kind.capitalize(), die, False)
+    if not runs:
+        pytest.skip(f"no {version} {model} {kind} run on {die} records cuda_graphs")
+    graphs = runs.most_common(1)[0][0]
+    e = load_preset(version).engine_for(model, kind, hw)
+    assert (e.graph_max != 0.0) == graphs, (runs, e.graph_sizes)
+
+
+def test_empty_graph_list_means_no_graphs():
+    from infersim.plan import Engine
+
+    assert Engine(graph_sizes=()).graph_max == 0.0
+    assert Engine(graph_sizes=None).graph_max is None
+    assert Engine(graph_sizes=(64, 128)).graph_max == 128.0

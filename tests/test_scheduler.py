@@ -304,6 +304,12 @@ def test_run_engine_takes_the_runs_own_settings():
     assert at_load.run_engine(Engine(), amd).max_num_tokens == 40960
     assert at_load.run_engine(Engine(), amd).decode_steps == 8  # extra: num_scheduler_steps=8
     assert at_load.run_engine(Engine(), {"extra": "block_size=16; async_scheduling=True"}).decode_steps == 1
+    # CUDA graphs: none recorded -> eager; on without sizes -> every size; piecewise also runs prompts
+    assert at_load.run_engine(base, {"cuda_graphs": "False"}).graph_sizes == ()
+    e = at_load.run_engine(Engine(graph_sizes=()), {"cuda_graphs": "True (FULL_AND_PIECEWISE)"})
+    assert e.graph_sizes is None and e.graphs_capture_prompts
+    assert not at_load.run_engine(Engine(), {"cuda_graphs": "True"}).graphs_capture_prompts
+    assert at_load.run_engine(Engine(), {"cuda_graphs": "True", "extra": "torch_compile piecewise CUDA graph"}).graphs_capture_prompts
 
 
 def test_validate_at_load_run_engine_flag(tmp_path):

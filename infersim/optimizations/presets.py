@@ -60,6 +60,10 @@ class EngineFields(Spec):
     only at a call (``plan.Engine.decode_steps``; 1 or unset: every iteration)."""
     cuda_graph_batch_sizes: list[int] | None = None
     """Captured per-rank decode batch sizes (empty list: no graphs; absent: every size)."""
+    graphs_capture_prompts: bool | None = None
+    """The captured graphs also run iterations that carry prompt tokens (vLLM V1's default
+    FULL_AND_PIECEWISE mode runs mixed batches as piecewise graphs); unset/false: only decode-only
+    iterations replay a graph (TensorRT-LLM's decode CUDA graphs, SGLang, vLLM V0)."""
     stream_interval: int | None = Field(default=None, ge=1, le=100_000)
     """Output tokens per streamed chunk."""
     python_executor: bool | None = None
@@ -212,6 +216,7 @@ class PresetSpec(Spec):
                       gate_timeout_iters=d.get("adp_timeout_iters", 0), gate_wait_iters=d.get("adp_batching_wait_iters", 0),
                       decode_steps=d.get("num_scheduler_steps", 1),
                       graph_sizes=None if sizes is None else tuple(sorted(sizes)),
+                      graphs_capture_prompts=bool(d.get("graphs_capture_prompts")),
                       stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
                       host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
                       if d.get("python_executor") else 0.0,
