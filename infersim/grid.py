@@ -168,7 +168,7 @@ class Result:
                                   "max_batch": self._at(self.max_batch, i, j), "weights": plan.formats.weights,
                                   "activations": plan.formats.activations, "kv_cache": plan.formats.kv_cache,
                                   "optimizations": list(plan.applied), "mtp_depth": plan.serving.draft_depth,
-                                  "tokens_per_step": plan.serving.tokens_per_step,
+                                  "tokens_per_step": plan.serving.tokens_per_step, "cuda_graphs": plan.cuda_graphs,
                                   "disaggregated": plan.serving.disaggregated}
         if "disagg" in self.pools:  # integer prefill and decode pools, each with its own layout
             config.update(self.pools["disagg"].config(i, j, self.accelerators))

@@ -155,3 +155,14 @@ class Plan:
     def graph_max_batch(self) -> float | None:
         """Largest per-rank decode batch with a captured graph; larger steps launch eagerly."""
         return self.engine.graph_max
+
+    @property
+    def cuda_graphs(self) -> str:
+        """Which iterations replay a captured CUDA graph (for reports)."""
+        sizes = self.engine.graph_sizes
+        if self.launch_scale >= 1.0 or sizes == ():
+            return "none: every iteration launches its kernels"
+        decode = "decode-only iterations" if sizes is None else f"decode-only iterations up to {sizes[-1]} sequences per rank"
+        prompts = "iterations with prompt tokens too (piecewise)" if self.engine.graphs_capture_prompts \
+            else "iterations with prompt tokens launch eagerly"
+        return f"{decode}; {prompts}"

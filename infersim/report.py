@@ -68,6 +68,8 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
         ("formats", f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"),
         ("optimizations", ", ".join(c["optimizations"]) or "none"),
     ]
+    if c.get("cuda_graphs"):
+        conf.append(("CUDA graphs", c["cuda_graphs"]))
     if c.get("mtp_depth"):
         conf.append(("MTP", f"depth {c['mtp_depth']}, {c['tokens_per_step']:.2f} tokens per step"))
     b = d["breakdown"]

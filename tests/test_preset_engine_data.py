@@ -108,3 +108,12 @@ def test_empty_graph_list_means_no_graphs():
     assert Engine(graph_sizes=()).graph_max == 0.0
     assert Engine(graph_sizes=None).graph_max is None
     assert Engine(graph_sizes=(64, 128)).graph_max == 128.0
+
+
+def test_reports_say_which_iterations_replay_a_graph():
+    from infersim import api
+
+    eager = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-interactive", 8, round="v5.1")
+    assert eager.config["cuda_graphs"].startswith("none")
+    captured = api.predict("b200", "llama3.1-8b", "mlperf-llama3.1-8b-server", 8, round="v5.1")
+    assert captured.config["cuda_graphs"].startswith("decode-only") and "eagerly" in captured.config["cuda_graphs"]
