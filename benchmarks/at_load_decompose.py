@@ -1,8 +1,8 @@
 """Why the at-load TPOT error exceeds the TPOT error at the measured occupancy (issue 10).
 
-    python benchmarks/at_load_decompose.py [--data FILE]
+    python benchmarks/at_load_decompose.py [--data FILE] [--by-hardware]
 
-Per model / round / scenario (rows ``infersim validate --at-load`` predicts, round preset engine on
+Per model / round / scenario (with ``--by-hardware`` also per hardware profile; rows ``infersim validate --at-load`` predicts, round preset engine on
 the search's layout, the run's tokens per sample), medians of:
 - p50/mean: the measured TPOT p50 over the measured mean TPOT (the model's p50 is its mean);
 - occ: the occupancy the model needs to carry the measured qps over the measured mean occupancy
@@ -35,6 +35,7 @@ from infersim.serving import WorkloadStats
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default=None)
+    ap.add_argument("--by-hardware", action="store_true", help="group by hardware profile as well")
     args = ap.parse_args()
     systems = al._Systems()
     groups = collections.defaultdict(list)
@@ -55,18 +56,20 @@ def main() -> None:
         res = server(pred.plan, lay, np.array([b, 1.02 * b, (occ or b) / c["replicas"]]), stats, 99.0, n / (c["tp"] * c["pp"]))
         eps = math.log(res.tpot_mean[1] / res.tpot_mean[0]) / math.log(1.02)
         meas = r["measured"]["tpot_p50_ms"]
-        groups[(r["model"], r["version"], r["scenario"])].append(dict(
+        key = (r["model"], r["version"], r["scenario"]) + ((r["hardware"],) if args.by_hardware else ())
+        groups[key].append(dict(
             p50_mean=meas / tmean if tmean else math.nan,
             occ=b * c["replicas"] / occ if occ else math.nan,
             t_occ=1e3 * res.tpot_mean[2] / tmean if (occ and tmean) else math.nan,
             amp=1 / (1 - eps) if eps < 1 else math.inf,
             err=100 * (r["predicted"]["tpot_p50_ms"] / meas - 1)))
-        rows.append(groups[(r["model"], r["version"], r["scenario"])][-1])
+        rows.append(groups[key][-1])
     med = lambda xs: statistics.median([x for x in xs if not math.isnan(x)] or [math.nan])  # noqa: E731
-    print(f"{'model round scenario':36s} {'rows':>4s} {'p50/mean':>8s} {'occ':>6s} {'t@occ':>6s} {'amp':>5s} {'at-load':>8s}")
+    width = 48 if args.by_hardware else 36
+    print(f"{'model round scenario' + (' hardware' if args.by_hardware else ''):{width}s} {'rows':>4s} {'p50/mean':>8s} {'occ':>6s} {'t@occ':>6s} {'amp':>5s} {'at-load':>8s}")
     for k in sorted(groups):
         g = groups[k]
-        print(f"{' '.join(k):36s} {len(g):4d} {med([x['p50_mean'] for x in g]):8.2f} {med([x['occ'] for x in g]):6.2f} "
+        print(f"{' '.join(k):{width}s} {len(g):4d} {med([x['p50_mean'] for x in g]):8.2f} {med([x['occ'] for x in g]):6.2f} "
               f"{med([x['t_occ'] for x in g]):6.2f} {med([x['amp'] for x in g]):5.1f} {med([x['err'] for x in g]):+7.0f}%")
     print("\n|t@occ - 1|      rows  median |at-load TPOT p50 error|")
     for lo, hi in ((0.0, 0.03), (0.03, 0.06), (0.06, 0.10), (0.10, 0.20), (0.20, math.inf)):
