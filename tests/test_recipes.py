@@ -268,3 +268,15 @@ def test_qwen3_vl_output_length_spread():
         cv = (st.osl_sq / st.osl_mean**2 - 1.0) ** 0.5
         assert cv == pytest.approx(0.155, abs=0.02)
         assert 60 <= st.osl_p99 <= 70
+
+
+def test_graph_sizes_are_positive_and_capture_flag_is_boolean():
+    data = load_preset("v6.0").model_dump(mode="json", exclude_none=True)
+    data["engine"]["models"]["llama2-70b"]["cuda_graph_batch_sizes"] = [0, 64]
+    with pytest.raises(SpecError, match=r"cuda_graph_batch_sizes\.0.*greater than or equal to 1"):
+        validate_data(PresetSpec, data, file="x.yaml")
+    data["engine"]["models"]["llama2-70b"]["cuda_graph_batch_sizes"] = []
+    validate_data(PresetSpec, data, file="x.yaml")  # an empty list: no graphs, valid
+    data["engine"]["models"][VL]["graphs_capture_prompts"] = "maybe"
+    with pytest.raises(SpecError, match="graphs_capture_prompts"):
+        validate_data(PresetSpec, data, file="x.yaml")

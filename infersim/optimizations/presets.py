@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields as dataclass_fields
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -58,7 +58,7 @@ class EngineFields(Spec):
     num_scheduler_steps: int | None = Field(default=None, ge=1, le=64)
     """vLLM V0 multi-step scheduling: decode iterations per scheduler call; prompts are admitted
     only at a call (``plan.Engine.decode_steps``; 1 or unset: every iteration)."""
-    cuda_graph_batch_sizes: list[int] | None = None
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=1_000_000)]] | None = None
     """Captured per-rank decode batch sizes (empty list: no graphs; absent: every size)."""
     graphs_capture_prompts: bool | None = None
     """The captured graphs also run iterations that carry prompt tokens (vLLM V1's default
