@@ -155,6 +155,16 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     return _Priced(by_kind, tc_sum, tm_sum, n_kernels, by_op, op_info)
 
 
+def _steps_per_prompt(plan: Plan, layout: Layout, shape: Shape):
+    """Engine iterations one prompt's tokens span: 1 unless a chunked token budget splits it, then
+    its length over the budget its rank has left beside its decode rows."""
+    e = plan.engine
+    if e.max_num_tokens is None or not e.chunked_prefill:
+        return 1.0
+    free = np.maximum(e.max_num_tokens - np.asarray(shape.decode_seqs, dtype=float) * shape.decode_q / layout.dp, 1.0)
+    return np.maximum(np.asarray(shape.prefill_len, dtype=float) / free, 1.0)
+
+
 def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False) -> StepCost:
     """Cost of one engine step of one instance (all sequences advance once).
 
@@ -188,9 +198,10 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
         # share of its steps: only those launch eagerly.
         eager = np.zeros_like(np.asarray(shape.prefill_seqs, dtype=float))
         if not plan.engine.graphs_capture_prompts:
-            eager = np.clip(np.asarray(shape.prefill_seqs, dtype=float), 0.0, 1.0)
-        if plan.graph_max_batch is not None:
-            eager = np.where(stage_shape.decode_seqs / layout.dp > plan.graph_max_batch, 1.0, eager)
+            eager = np.clip(np.asarray(shape.prefill_seqs, dtype=float) * _steps_per_prompt(plan, layout, shape), 0.0, 1.0)
+        if plan.graph_max_batch is not None:  # no graphs at all (0): every iteration
+            over = (stage_shape.decode_seqs / layout.dp > plan.graph_max_batch) | (plan.graph_max_batch == 0)
+            eager = np.where(over, 1.0, eager)
         launch = launch + eager * (eff.launch_overhead_us * 1e-6 - launch)
     whole = _price(plan, stage_graph(plan, layout, stage_shape), detail)
     compute = whole.compute

@@ -147,6 +147,15 @@ def test_graphs_replay_decode_only_iterations():
     assert kernels(fused, mixed) > kernels(piecewise, mixed)  # prompt tokens: eager unless piecewise
     assert kernels(fused, mixed) == pytest.approx(kernels(eager, mixed))
     assert kernels(piecewise, mixed) - kernels(fused, decode) < 0.5 * (kernels(fused, mixed) - kernels(fused, decode))
+    # an engine with no graphs launches every iteration eagerly, a prompt-only one included
+    prompt_only = replace(SHAPE, decode_seqs=0.0, prefill_seqs=0.2)
+    assert kernels(eager, prompt_only) == pytest.approx(kernels(replace(eager, launch_scale=1.0), prompt_only))
+    # a chunked budget spreads one prompt over several iterations, each carrying prompt tokens:
+    # 0.25 prompts of 2,048 tokens per step under a 512-token budget put prompt tokens on every step
+    chunked = replace(fused, engine=replace(fused.engine, max_num_tokens=512, chunked_prefill=True))
+    long = replace(SHAPE, decode_seqs=0.0, prefill_seqs=0.25, prefill_len=2048.0, prefill_len_sq=2048.0**2)
+    assert kernels(chunked, long) == pytest.approx(kernels(eager, long))
+    assert kernels(fused, long) < kernels(chunked, long)  # no budget: a quarter of the steps
     # a steady-state average of half a prompt per step launches eagerly on about half its steps
     half = (kernels(fused, average) - kernels(piecewise, average)) / (kernels(fused, mixed) - kernels(piecewise, mixed))
     assert half == pytest.approx(0.5, abs=0.05)
