@@ -48,8 +48,8 @@ def main() -> None:
         n = _num(cols["total_accelerators"])
         pred = systems.get((resolve_preset(cols["version"].strip()), r["hardware"], r["model"], f"mlperf-{r['model']}-{scen}", int(n)))
         c = pred.config
-        stats = al.run_output_lengths(WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model),
-                                      _num(cols.get("tokens_per_sample")))
+        stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model).with_output_mean(
+            _num(cols.get("tokens_per_sample")))
         lay = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
         b = r["predicted"]["occupancy_per_rank"] * c["dp"]
         occ, tmean = _num(cols.get("mean_inflight_queries")), _num(cols.get("tpot_mean_ms"))

@@ -10,7 +10,7 @@ benchmark name without its accuracy suffix (``llama2-70b-99.9`` → ``llama2-70b
 Per row: the capacity-best aggregated configuration of the row's round preset
 (``api.predict(..., disable=["disagg"])``, shared by rows with the same system) is run at
 ``scheduled_samples_per_s`` (``scheduler.operating_point``) with the scenario's output lengths
-scaled to the run's own mean, ``tokens_per_sample`` (``run_output_lengths``: NVIDIA's llama2-70b
+scaled to the run's own mean, ``tokens_per_sample`` (``WorkloadStats.with_output_mean``: NVIDIA's llama2-70b
 runs generate 274 tokens per sample, AMD's 300, the scenario's reference 294). Errors: TPOT p50 and p99 as signed
 percentages, TTFT p99 in seconds. Rates: the steady-state output rate is qps × mean OSL; loadgen's
 *completed* rate divides the tokens by the issue time plus the last query's latency,
@@ -85,12 +85,10 @@ def run_engine(engine, settings: dict[str, str]):
         kw.update(gate_timeout_iters=int(num("adp_timeout_iters") or 0), gate_wait_iters=int(num("adp_batching_wait_iters") or 0))
     sizes = _graph_sizes(settings.get("cuda_graph_batch_sizes", ""))
     graphs = settings.get("cuda_graphs", "").strip().lower()
-    if sizes:
-        kw["graph_sizes"] = sizes
+    if sizes or graphs.startswith("true"):  # on without recorded sizes: the stack's default, every size
+        kw["graph_sizes"] = sizes or None
     elif graphs == "false":  # an engine without CUDA graphs: every iteration launches its kernels
         kw["graph_sizes"] = ()
-    elif graphs.startswith("true"):  # graphs on, sizes not recorded: the stack's default, every size
-        kw["graph_sizes"] = None
     if graphs.startswith("true"):  # piecewise graphs (vLLM V1 FULL_AND_PIECEWISE, TensorRT-LLM
         # torch_compile piecewise) also run the iterations that carry prompt tokens
         kw["graphs_capture_prompts"] = "piecewise" in graphs or "piecewise" in settings.get("extra", "").lower()
@@ -138,16 +136,6 @@ def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict
     if not b_max > 0:
         return None
     return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
-
-
-def run_output_lengths(stats, tokens_per_sample: float | None):
-    """``stats`` with its output lengths scaled to the run's own mean, ``tokens_per_sample``
-    (LoadGen's generated tokens per sample of that run: what the submitted model wrote for the
-    dataset, an input of the load, not a latency). The scenario's OSL distribution keeps its shape;
-    the load in tokens is qps × this mean, and each request holds its decode slot that many
-    iterations (Little's law), so near the engine's plateau a few per cent here move the occupancy
-    that carries the rate a lot. Unchanged where the column is missing."""
-    return stats.with_output_mean(tokens_per_sample)
 
 
 class _Systems:
@@ -203,8 +191,8 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
         out["reason"] = pred if isinstance(pred, str) else f"infeasible at capacity: {pred.reason}"
         return out
     c = pred.config
-    stats = run_output_lengths(WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model),
-                               _num(cols.get("tokens_per_sample")))
+    stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model).with_output_mean(
+        _num(cols.get("tokens_per_sample")))
     # KV capacity of the chosen layout: the search's max batch at that point
     samples = _num(cols.get("samples_run"))
     plan = pred.plan

@@ -196,12 +196,13 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
         # steps that carry prompt tokens unless the stack's graphs capture them too. A steady-state
         # average shape (``prefill_seqs`` < 1 prompts per step) carries prompt tokens on about that
         # share of its steps: only those launch eagerly.
-        eager = np.zeros_like(np.asarray(shape.prefill_seqs, dtype=float))
-        if not plan.engine.graphs_capture_prompts:
-            eager = np.clip(np.asarray(shape.prefill_seqs, dtype=float) * _steps_per_prompt(plan, layout, shape), 0.0, 1.0)
-        if plan.graph_max_batch is not None:  # no graphs at all (0): every iteration
-            over = (stage_shape.decode_seqs / layout.dp > plan.graph_max_batch) | (plan.graph_max_batch == 0)
-            eager = np.where(over, 1.0, eager)
+        prompts = np.asarray(shape.prefill_seqs, dtype=float)
+        eager = 0.0
+        if np.any(prompts > 0) and not plan.engine.graphs_capture_prompts:
+            eager = np.clip(prompts * _steps_per_prompt(plan, layout, shape), 0.0, 1.0)
+        gmax = plan.graph_max_batch
+        if gmax is not None:  # no graphs at all (0): every iteration
+            eager = np.where((stage_shape.decode_seqs / layout.dp > gmax) | (gmax == 0), 1.0, eager)
         launch = launch + eager * (eff.launch_overhead_us * 1e-6 - launch)
     whole = _price(plan, stage_graph(plan, layout, stage_shape), detail)
     compute = whole.compute

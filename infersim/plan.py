@@ -159,10 +159,10 @@ class Plan:
     @property
     def cuda_graphs(self) -> str:
         """Which iterations replay a captured CUDA graph (for reports)."""
-        sizes = self.engine.graph_sizes
-        if self.launch_scale >= 1.0 or sizes == ():
+        top = self.graph_max_batch
+        if self.launch_scale >= 1.0 or top == 0:
             return "none: every iteration launches its kernels"
-        decode = "decode-only iterations" if sizes is None else f"decode-only iterations up to {sizes[-1]} sequences per rank"
+        decode = "decode-only iterations" if top is None else f"decode-only iterations up to {top:.0f} sequences per rank"
         prompts = "iterations with prompt tokens too (piecewise)" if self.engine.graphs_capture_prompts \
             else "iterations with prompt tokens launch eagerly"
         return f"{decode}; {prompts}"

@@ -71,7 +71,10 @@ class WorkloadStats:
     def with_output_mean(self, osl_mean: float | None) -> "WorkloadStats":
         """These stats with the output lengths scaled to mean ``osl_mean`` (the distribution keeps
         its shape); unchanged for None or a non-positive mean. A run's own generated tokens per
-        sample set the load it carried in tokens (``at_load``, operating-point fits)."""
+        sample (LoadGen's, an input of the load, not a latency) set the load it carried in tokens
+        (``at_load``, operating-point fits): qps × this mean, and each request holds its decode slot
+        that many iterations (Little's law), so near the engine's plateau a few per cent here move
+        the occupancy that carries the rate a lot."""
         if not osl_mean or not osl_mean > 0:
             return self
         k = float(osl_mean) / self.osl_mean

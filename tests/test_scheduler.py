@@ -377,22 +377,22 @@ def test_at_load_takes_the_runs_own_output_length():
     """The run's tokens per sample (what its model generated) sets the mean OSL of the load, the
     distribution's shape kept; a longer output needs more sequences in flight to carry the same
     request rate (Little's law), so the at-load occupancy and TPOT rise with it."""
-    from infersim import api, at_load
+    from infersim import api
     from infersim.graph import Layout
     from infersim.serving import WorkloadStats
 
     p = api.predict("h200-sxm", "llama2-70b", "mlperf-llama2-70b-server", 8, round="v5.1", disable=["disagg"])
     st = WorkloadStats.from_workload(p.inputs.scenario.workload, p.inputs.model)
-    short = at_load.run_output_lengths(st, 274.3)
+    short = st.with_output_mean(274.3)
     assert short.osl_mean == pytest.approx(274.3) and short.isl_mean == st.isl_mean
     k = 274.3 / st.osl_mean
     np.testing.assert_allclose(short.osl_points, st.osl_points * k)
     assert short.osl_sq == pytest.approx(st.osl_sq * k * k) and short.osl_p99 == pytest.approx(st.osl_p99 * k)
-    assert at_load.run_output_lengths(st, None) is st and at_load.run_output_lengths(st, 0.0) is st
+    assert st.with_output_mean(None) is st and st.with_output_mean(0.0) is st
     c = p.config
     lay = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
     occ = []
-    for s in (short, at_load.run_output_lengths(st, 310.0)):
+    for s in (short, st.with_output_mean(310.0)):
         _, _, m = scheduler.operating_point(p.plan, lay, c["replicas"], s, p.inputs.scenario, 80.0, c["max_batch"], 8)
         occ.append((m["occupancy"], m["tpot_p50_s"]))
     assert occ[0][0] < occ[1][0] and occ[0][1] < occ[1][1]
