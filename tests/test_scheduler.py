@@ -24,7 +24,7 @@ budget queue took the arrivals of a full-budget iteration, 19 before the token-b
 scheduler.capped_tokens / budget_wait and the gated TTFT quantile, 29 before the gated chunked
 model of scheduler.rest_max). The misses are listed in KNOWN_GAPS (strict xfail: a case that starts
 to pass fails until it is removed from the list) and are the model's open problems:
-- chunked prefill with the attention-DP gate: throughput and TPOT within 1 % and mean TTFT within
+- chunked prefill with the attention-DP gate: throughput and mean TPOT within 1 % and mean TTFT within
   4 % at 30-60 % (the p99 at 6/2 60 % was −23 %, now −9 %: the stall of a rest longer than one
   budget, 27 % of the periods, the gate's first check and a backlogged rank's arrivals, see
   scheduler.engine_queue); left, near the gated budget limit (90 %), where each rank's queue runs
