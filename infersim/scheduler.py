@@ -38,9 +38,10 @@ Per grid point (mean occupancy B per instance, layout, plan):
 - gated chunked prefill (as des.simulate_engine runs it: a started prompt goes on every iteration,
   new prompts only at context iterations): a context iteration takes at most the free budget c on
   a rank and the straddling prompt's rest (forward recurrence of the ISL) stalls the next
-  iteration by the largest rest over the ranks (``rest_max``); a rank drains c plus one rest per
-  period; the gate period and the carried prompts are one fixed point (bisected); a backlogged
-  rank's periods are those of a gate waiting for the other d − 1 ranks; a prompt waits the
+  iteration(s) by the largest rest over the ranks (``rest_max``), seen by the gate's checks from
+  the second one on; a rank drains c plus one rest per period; the gate period and the carried
+  prompts are one fixed point (bisected); a backlogged rank's periods are those of a gate waiting
+  for the other d − 1 ranks, shorter by decode iterations, not by stalls; a prompt waits the
   periods until the tokens ahead of it plus the straddler's overshoot fit, and a straddler one
   iteration more; the queue is stable only below c plus one rest per W + 1 iterations;
 - TTFT quantiles: gated, the wait for the next context iteration is uniform over the
@@ -393,18 +394,18 @@ def capped_tokens(stats: WorkloadStats, count, cap, d):
     return ey, vy, pov, back, stable
 
 
-def rest_max(stats: WorkloadStats, p_over, d, cap=np.inf, n: int = 256):
-    """E[max over d ranks of min(R_r, cap)]: R_r = 0 with probability 1 − ``p_over``, else the
-    rest of the prompt that straddles the rank's budget, the forward recurrence of the ISL
-    distribution, P(R > y) = E[(ISL − y)⁺] / E[ISL]; one iteration takes at most ``cap`` of it
-    (arrays p_over, d, cap broadcast)."""
+def rest_max(stats: WorkloadStats, p_over, d, n: int = 256):
+    """E[max over d ranks of R_r]: R_r = 0 with probability 1 − ``p_over``, else the rest of the
+    prompt that straddles the rank's budget, the forward recurrence of the ISL distribution,
+    P(R > y) = E[(ISL − y)⁺] / E[ISL] (arrays p_over, d broadcast). A rest beyond one free budget
+    takes the iterations after it, one budget each, so the stall summed over them is the largest
+    rest, Σ_j E[max_r min((R_r − j·c)⁺, c)] = E[max_r R_r]."""
     x, p = np.asarray(stats.isl_points, dtype=float), np.asarray(stats.isl_probs, dtype=float)
     p = p / p.sum()
     y = np.linspace(0.0, float(x.max()), n)
     tail_r = np.sum(p * np.maximum(x[None, :] - y[:, None], 0.0), axis=-1) / np.sum(p * x)
-    p_over, d, cap = np.broadcast_arrays(np.asarray(p_over, dtype=float), np.asarray(d, dtype=float),
-                                         np.asarray(cap, dtype=float))
-    f = (1.0 - (1.0 - p_over[..., None] * tail_r) ** d[..., None]) * (y < cap[..., None])
+    p_over, d = np.broadcast_arrays(np.asarray(p_over, dtype=float), np.asarray(d, dtype=float))
+    f = 1.0 - (1.0 - p_over[..., None] * tail_r) ** d[..., None]
     return np.trapezoid(f, y, axis=-1)
 
 
@@ -487,12 +488,15 @@ def padded_rows(engine, batch, d):
 
 # ---- admission gate ----------------------------------------------------------------------------------
 
-def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None):
+def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, first_offset=None):
     """E[G], Var[G] and the third central moment of the iterations between context iterations
     (1, 0, 0 with the gate off).
 
     ``per_iter`` + ``offset``: a rank's mean arrivals by the k-th check after an admission are
-    per_iter·k + offset (offset: arrivals during the admitting iteration's prefill stall);
+    per_iter·k + offset (offset: arrivals during the period's prefill stalls); ``first_offset``
+    (default ``offset``) in place of ``offset`` at the first check, when part of the stall comes
+    after it (gated chunked prefill: the straddling prompts' rests stall the iteration after the
+    admitting one, whose arrivals the second check sees first);
     ``carried``: the chance a rank still holds a prompt the last admission left for lack of budget;
     ``others``: the ranks whose prompts the gate waits for (default d; d − 1 for the period seen by
     a rank that holds a prompt at every check).
@@ -516,7 +520,7 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None):
     m2 = np.zeros_like(alive)
     m3 = np.zeros_like(alive)
     for k in range(1, T + 1):
-        mk = per_iter * k + offset
+        mk = per_iter * k + (offset if k > 1 or first_offset is None else first_offset)
         none = keep * np.exp(-mk)  # this rank holds no prompt
         f = (1.0 - none) ** (d if others is None else others)
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
@@ -653,7 +657,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # context iterations 0.98 against 0.95 for a rank taking up to c − 193 tokens of them)
         fit = cap
         cap = whole_prompt_budget(stats, cap)
-    carried, tail = 0.0, None
+    carried, tail, ctx_share = 0.0, None, 1.0
     # gated with a budget the gate period G and the carried prompts feed each other (a longer period
     # carries more, which opens the gate sooner): the fixed point G = f(G), f decreasing, is
     # bracketed and bisected (plain iteration can cycle, e.g. G 4 ↔ 8.3 at 9/3 chunked); otherwise
@@ -679,8 +683,15 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 # the context iteration, 194 / 367 in the next; this gives c = 498 / 480 and
                 # 141 / 373). A rank holds a rest with about the chance it carries (``carried``)
                 p_c = carried
-                tail = rest_max(stats, p_c, d, cap_c)
+                # A rest longer than the free budget goes on in the iterations after, one budget
+                # each: summed over them the stall is the largest rest itself, uncapped
+                # (des.simulate_engine: a second rest iteration in 27 % of the periods at 6/2 60 %,
+                # 42 % at 9/3 90 %; capped at one budget the stall per iteration was 6-7 % short,
+                # 2.97 against 3.17 ms and 3.57 against 3.83 ms, and TPOT 1-1.5 %)
+                tail = rest_max(stats, p_c, d)
                 big_mean = np.where(gated, np.minimum(big_mean, cap_c) + tail, big_mean)
+                # the admitting iteration's share of the period's stall (the rest is after it)
+                ctx_share = np.where(gated, 1.0 - tail / np.maximum(big_mean, 1e-30), 1.0)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
         if step in (0, steps - 1):  # priced by the step cost at the first and the last step
             s_mean, imb0 = prefill_time(n, imb), imb
@@ -690,8 +701,13 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if np.any(gated):  # arrivals per check: decode iterations plus the admitting iteration's stall
             rate = request_rate(batch, t_d, s_mean, L, stats)
             stall = rate * s_mean * eg * t_d / (1.0 - rate * s_mean)
-            # ``carried``: ranks that carry a prompt into the next context iteration
-            f, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried)
+            # ``carried``: ranks that carry a prompt into the next context iteration. The first
+            # check after an admission sees the arrivals of the admitting iteration only, its
+            # context stall; the rests' stall comes in the next iteration (des.simulate_engine,
+            # 6/2 chunked 90 %: 0.9 arrivals per rank by the first check, the gate open there in
+            # 60 % of the periods; with the whole stall before the first check 1.3 and 78 %)
+            off1 = rate * stall / d * ctx_share
+            f, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried, first_offset=off1)
             if search and step < steps - 1:
                 up = f > eg
                 lo, hi = np.where(up, eg, lo), np.where(up, hi, eg)
@@ -718,9 +734,15 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # period (measured in des.simulate_engine, 9/3 chunked 60 %: every rank's queue
             # drains at one budget plus a prompt's rest per period, and at the mean period
             # the Lindley backlog would be 1.6 × the DES's TTFT)
-            g_b = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried, others=d - 1)[0]
+            g_b = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried, others=d - 1,
+                               first_offset=off1)[0]
             eg_b = np.where(gated, np.minimum(g_b, eg), eg)
-            m_back = batch * L / stats.osl_mean * eg_b / d
+            # its period is shorter by decode iterations only, the period's prefill stall stays:
+            # arrivals λ·(E[G_b]·t_d + X)/d, not the mean iteration's λ·E[G_b]·t_d/(1 − ρ)/d
+            # (des.simulate_engine, 9/3 chunked 90 %: a backlogged rank's periods 1.7 % fewer
+            # iterations and 1.2 % shorter than the mean one, 82.0 against 83.0 ms; the rank's
+            # queue is then at 95 % load, where 1 % more arrivals is 20 % more backlog)
+            m_back = rate * (eg_b * t_d + stall) / d
             _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d)
         else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
             p_over = carried
