@@ -5,9 +5,10 @@
 Per model / round / scenario (with ``--by-hardware`` also per hardware profile; rows ``infersim validate --at-load`` predicts, round preset engine on
 the search's layout, the run's tokens per sample), medians of:
 - p50/mean: the measured TPOT p50 over the measured mean TPOT (the model's p50 is its mean);
-- occ: the occupancy the model needs to carry the measured qps over the measured mean occupancy
-  (LoadGen ``mean_inflight_queries``);
-- t@occ: the model's mean TPOT at the *measured* occupancy over the measured mean TPOT;
+- occ: the occupancy the model needs to carry the measured qps over the run's steady decode batch
+  (``oppoints.steady_point``: λ · tokens per sample · TPOT p50, what the calibration fits;
+  LoadGen's ``mean_inflight_queries`` averages over the run's ramp and drain);
+- t@occ: the model's mean TPOT at that steady occupancy over the measured TPOT p50;
 - amp: 1 / (1 − ε), ε = d ln TPOT / d ln B at the predicted occupancy: how much a relative error
   of the step cost is amplified in the occupancy that carries a given rate (rate = B / (OSL·TPOT(B)));
 - at-load: the predicted TPOT p50 at the measured qps over the measured p50 (signed %).
@@ -26,7 +27,7 @@ import numpy as np
 
 from infersim import at_load as al
 from infersim.accuracy.data import resolve_preset
-from infersim.accuracy.oppoints import _num, load
+from infersim.accuracy.oppoints import _num, load, steady_point
 from infersim.graph import Layout
 from infersim.scheduler import server
 from infersim.serving import WorkloadStats
@@ -52,7 +53,8 @@ def main() -> None:
             _num(cols.get("tokens_per_sample")))
         lay = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
         b = r["predicted"]["occupancy_per_rank"] * c["dp"]
-        occ, tmean = _num(cols.get("mean_inflight_queries")), _num(cols.get("tpot_mean_ms"))
+        occ, tsteady = steady_point(cols)
+        tmean = _num(cols.get("tpot_mean_ms"))
         res = server(pred.plan, lay, np.array([b, 1.02 * b, (occ or b) / c["replicas"]]), stats, 99.0, n / (c["tp"] * c["pp"]))
         eps = math.log(res.tpot_mean[1] / res.tpot_mean[0]) / math.log(1.02)
         meas = r["measured"]["tpot_p50_ms"]
@@ -60,7 +62,7 @@ def main() -> None:
         groups[key].append(dict(
             p50_mean=meas / tmean if tmean else math.nan,
             occ=b * c["replicas"] / occ if occ else math.nan,
-            t_occ=1e3 * res.tpot_mean[2] / tmean if (occ and tmean) else math.nan,
+            t_occ=1e3 * res.tpot_mean[2] / tsteady if (occ and tsteady) else math.nan,
             amp=1 / (1 - eps) if eps < 1 else math.inf,
             err=100 * (r["predicted"]["tpot_p50_ms"] / meas - 1)))
         rows.append(groups[key][-1])

@@ -11,16 +11,39 @@ import pytest
 from infersim import accuracy
 from infersim.accuracy.data import PredictionKey
 from infersim.accuracy.fit import OP_SEARCH, _vals
-from infersim.accuracy.oppoints import OpRow, load_op_rows, usable
+from infersim.accuracy.oppoints import OpRow, load_op_rows, steady_point, usable
 from infersim.accuracy.runner import Runner
 
 from test_calibration import KEYS, TRUE, spec_sheet_profiles, synthetic_rows  # noqa: F401 (fixture)
 
 
+def test_steady_point_is_the_decode_batch_that_carries_the_rate_at_the_p50_tpot():
+    cols = {"scheduled_samples_per_s": "10", "ttft_p50_ms": "200", "tpot_p50_ms": "50", "tokens_per_sample": "100",
+            "mean_inflight_queries": "40", "tpot_mean_ms": "45"}
+    occ, tpot = steady_point(cols)
+    assert tpot == 50.0 and occ == pytest.approx(10 * 100 * 0.05)  # 50 decoding, not the run's mean 40 in flight
+    assert steady_point({**cols, "tpot_p50_ms": ""}) == (40.0, 45.0)
+    assert steady_point({**cols, "tpot_p50_ms": "", "mean_inflight_queries": ""}) == (None, 45.0)
+
+
+def test_steady_point_is_the_models_own_occupancy_at_that_rate_and_tpot():
+    """serving.request_rate at the steady batch and a step priced to give the measured TPOT returns
+    the measured rate: a model that fits the point predicts the run's TPOT at the run's load."""
+    from infersim.serving import WorkloadStats, request_rate
+    from infersim.specs import catalog
+
+    stats = WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama2-70b-server").workload)
+    stats = stats.with_output_mean(274.0)
+    occ, tpot_ms = steady_point({"scheduled_samples_per_s": "40", "tpot_p50_ms": "120", "tokens_per_sample": "274"})
+    s_mean = 2e-5  # prefill stall per admitted request; the decode step makes up the rest of the TPOT
+    t_d = tpot_ms * 1e-3 * (1.0 - 40.0 * s_mean)  # TPOT = t_d / (1 − ρ), ρ = λ·S
+    assert float(request_rate(occ, t_d, s_mean, 1.0, stats)) == pytest.approx(40.0, rel=1e-9)
+
+
 def test_loading_keeps_server_and_interactive_runs_once(tmp_path):
     rows = load_op_rows()
     assert rows and all(r.scenario in ("server", "interactive") for r in rows)
-    assert all(r.occupancy > 0 and 1e-4 < r.tpot_mean_s < 1.0 for r in rows)
+    assert all(r.occupancy > 0 and 1e-4 < r.tpot_s < 1.0 for r in rows)
     # the -99 and -99.9 variants of one run are one operating point
     idents = [(r.version, r.submitter, r.system, r.model, r.scenario, r.accelerators, r.occupancy) for r in rows]
     assert len(idents) == len(set(idents))
@@ -82,7 +105,7 @@ def test_operating_point_residuals_vanish_at_the_true_values():
     assert res.hardware["h100-sxm"]["memory_fraction"] == pytest.approx(TRUE["memory_fraction"], rel=0.03)
     assert len(res.op_errors) == 3 and "operating points (3)" in res.to_table()
     # a wrong measured TPOT pulls the fit away from the throughput rows' optimum
-    slow = [dataclasses.replace(o, tpot_mean_s=o.tpot_mean_s * 1.5) for o in ops]
+    slow = [dataclasses.replace(o, tpot_s=o.tpot_s * 1.5) for o in ops]
     off = accuracy.calibrate(rows, ["h100-sxm"], fit_rounds=False, parameters=tuple(TRUE), prior_weight=0.0,
                              max_nfev=20, operating_points=slow)
     assert off.hardware["h100-sxm"]["memory_fraction"] < 0.97 * TRUE["memory_fraction"]

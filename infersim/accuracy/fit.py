@@ -1,7 +1,7 @@
 """The fit: named, physically bounded parameters fitted to published frontier rows.
 
 Residual per frontier row i: r_i = log(pred_i(θ) / published_i); per measured operating point j
-(``oppoints``, optional): w_op · A_j · log(TPOT_j(θ) at the measured occupancy / measured TPOT_j), A_j the
+(``oppoints``, optional): w_op · A_j · log(TPOT_j(θ) at the run's steady occupancy / its TPOT p50), A_j the
 load amplification of that error (``op_residual``); plus a weak prior
 ``prior_weight · (x_j − x_prior_j)`` per parameter, with x the parameter scaled to [0, 1] over its
 documented range (``params``). Minimised by ``scipy.optimize.least_squares`` (trf, soft_l1 loss)
@@ -236,7 +236,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         only for a fit over all hardware.
     operating_points : measured operating points also fitted (``oppoints``): a list of ``OpRow``,
         a CSV path, True (the bundled data) or None/False (throughput rows only). Each adds
-        ``op_weight · log(model mean TPOT at the measured occupancy / measured mean TPOT)``, the
+        ``op_weight · log(model mean TPOT at the run's steady occupancy / measured TPOT p50)`` (``oppoints``), the
         configuration pinned to the capacity-best aggregated one at the start values.
     op_weight : weight of an operating-point residual relative to a throughput row's.
     op_amplification : cap of the load amplification applied to each operating-point residual
@@ -293,7 +293,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             [(o.key, _vals(base_hw[o.hardware]) if o.hardware in base_hw else (), _vals(base_rnd.get(o.key.preset, {})),
               OP_SEARCH) for o in ops]))}
         ops = [o for o in ops if op_locks.get(o.key) is not None and o.key.preset in base_rnd]
-        op_measured = np.array([o.tpot_mean_s for o in ops])
+        op_measured = np.array([o.tpot_s for o in ops])
 
         def op_eval(hw, rnd) -> list[float | None]:
             """Model mean TPOT per operating point at its measured occupancy and (1 + ``OP_SLOPE_STEP``)
@@ -496,7 +496,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         result.round_values = {r: dict(rnd[r]) for r in rounds_all}
         result.op_errors = [{"version": o.version, "hardware": o.hardware, "model": o.model, "scenario": o.scenario,
                              "submitter": o.submitter, "system": o.system, "occupancy": o.occupancy,
-                             "tpot_mean_ms": o.tpot_mean_s * 1e3, "predicted_ms": None if v is None else v * 1e3}
+                             "tpot_p50_ms": o.tpot_s * 1e3, "predicted_ms": None if v is None else v * 1e3}
                             for o, v in zip(ops, op_after_values)]
         result.hardware_values = {h: dict(hw[h]) for h in hw_ids}
         if transfer and hardware_out:

@@ -3,16 +3,33 @@
 A Server/Interactive throughput row fixes one point of the engine's load curve, at a load the
 submitter chose. The operating-point data (``data/mlperf_operating_points.csv``, from LoadGen's
 detailed logs; source: shared/reference/mlperf_operating_points.csv) also give, per run, the
-mean number of queries in flight (LoadGen's ``mean_inflight_queries``, Little's law) and the mean
-time per output token. The model's mean TPOT at that *measured* occupancy is the step cost of
-that batch plus its prefill stalls, independent of how load maps to occupancy; a residual
-``log(model / measured)`` per run pins the step-cost curve at the operating point (the throughput
-rows pin it at capacity).
+scheduled rate and the latency percentiles. The model's mean TPOT at the run's *steady-state*
+occupancy is the step cost of that batch plus its prefill stalls, independent of how load maps to
+occupancy; a residual ``log(model / measured)`` per run pins the step-cost curve at the operating
+point (the throughput rows pin it at capacity).
+
+Steady state, not the run's averages: LoadGen's means cover the whole run, its ramp (the first
+queries decode in a small batch) and its drain (the last queries finish while the batch empties),
+so the mean TPOT sits below the steady TPOT (measured p50 / mean: median 1.006, 1.02 on Llama-2-70B
+Server, 1.06 on the MI325X runs) and the mean in flight (``mean_inflight_queries`` = completed rate ×
+mean latency) below the steady occupancy. The pair used is the TPOT p50 (what
+``infersim validate --at-load`` scores) and the decode batch that carries the scheduled rate at
+that TPOT, B = λ · tokens per sample · TPOT p50: the model's own relation between rate and
+occupancy (``serving.request_rate``: a request stays OSL tokens in the decode batch; the queries
+still waiting for their first token are not in it). A model TPOT equal to the measured one at B
+is then exactly the measured TPOT at the measured load. Measured 2026-11-26 (two calibrate passes
+each, from the same start): this pair 8.98 % at-load TPOT p50; counting the TTFT wait in the
+occupancy (Little's law on the whole latency) 9.07 %; the run means (LoadGen's mean in flight and
+mean TPOT, shipped until then) 10.8 %; one pass each: (tokens − 1) in place of tokens 10.2 %
+against 8.2 %, the p50 at LoadGen's mean in flight (an inconsistent pair) 13.7 %, the means at
+their own steady batch 10.3 %. The at-load median moves by a point for a 0.4 % change of the
+occupancy because near a run's rate limit the error is amplified up to tenfold (``fit.op_residual``).
+A run without those columns falls back to ``mean_inflight_queries`` and the mean TPOT.
 
 The CSV reader (columns, hardware and model mapping) lives here and ``infersim.at_load`` uses it.
 
-Rows used: Server and Interactive runs with a hardware profile, a measured mean occupancy and a
-measured mean TPOT; duplicate runs (the -99 and -99.9 accuracy variants of one run) count once.
+Rows used: Server and Interactive runs with a hardware profile, an occupancy and a TPOT;
+duplicate runs (the -99 and -99.9 accuracy variants of one run) count once.
 """
 
 from __future__ import annotations
@@ -91,6 +108,16 @@ def _num(text) -> float | None:
 
 
 
+def steady_point(cols: dict[str, str]) -> tuple[float | None, float | None]:
+    """(decode occupancy over the whole system, TPOT in ms) of a run in steady state (module
+    docstring): λ · tokens per sample · TPOT p50 and the TPOT p50; else LoadGen's mean in flight
+    and mean TPOT."""
+    lam, tpot, tokens = (_num(cols.get(k)) for k in ("scheduled_samples_per_s", "tpot_p50_ms", "tokens_per_sample"))
+    if lam and tpot and tokens:
+        return lam * tokens * tpot * 1e-3, tpot
+    return _num(cols.get("mean_inflight_queries")), _num(cols.get("tpot_mean_ms"))
+
+
 @dataclass(frozen=True)
 class OpRow:
     """One measured operating point (a Server or Interactive run)."""
@@ -104,9 +131,9 @@ class OpRow:
     system: str
     accelerators: int
     occupancy: float
-    """Mean queries in flight over the whole system (LoadGen, Little's law)."""
-    tpot_mean_s: float
-    """Measured mean time per output token, seconds."""
+    """Steady-state decode batch over the whole system (``steady_point``)."""
+    tpot_s: float
+    """Measured steady-state time per output token (its p50), seconds."""
     key: PredictionKey
     tokens_per_sample: float | None = None
     """LoadGen's generated tokens per sample of the run (its mean output length), when recorded."""
@@ -124,7 +151,7 @@ def load_op_rows(path: str | os.PathLike | None = None, presets_dir: str | os.Pa
     for cols in load(path or bundled_data()):
         scen = cols.get("scenario", "").strip().lower()
         hw = hardware_id(cols)
-        occ, tpot = _num(cols.get("mean_inflight_queries")), _num(cols.get("tpot_mean_ms"))
+        occ, tpot = steady_point(cols)
         n = _num(cols.get("total_accelerators"))
         if scen not in ("server", "interactive") or hw is None or not (occ and tpot and n):
             continue
@@ -154,5 +181,5 @@ def held_out(rows: Sequence[OpRow], field: str, value: str) -> list[OpRow]:
     return [r for r in rows if getattr(r, field) != value]
 
 
-__all__ = ["OpRow", "load_op_rows", "usable", "held_out", "REQUIRED", "HARDWARE_RULES", "bundled_data", "hardware_id",
+__all__ = ["OpRow", "steady_point", "load_op_rows", "usable", "held_out", "REQUIRED", "HARDWARE_RULES", "bundled_data", "hardware_id",
            "model_id", "load"]

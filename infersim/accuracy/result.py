@@ -74,7 +74,7 @@ class CalibrationResult:
     transfer_reasons: dict[str, str] = field(default_factory=dict)
     """Why each transferred hardware has no fit of its own."""
     op_errors: list[dict[str, Any]] = field(default_factory=list)
-    """Per fitted operating point: measured occupancy and mean TPOT, the model's TPOT there after the fit."""
+    """Per fitted operating point: its steady occupancy and TPOT p50 (``oppoints.steady_point``), the model's TPOT there after the fit."""
 
     def owner_findings(self, owner: str) -> list[str]:
         """Finding texts about one hardware ID or round."""
@@ -102,7 +102,7 @@ class CalibrationResult:
                  f"fit median APE {f(self.before['median_ape'])} % -> {f(self.after['median_ape'])} %, "
                  f"p90 {f(self.before['p90_ape'])} % -> {f(self.after['p90_ape'])} %   ({self.message})"]
         if self.after.get("op_rows"):
-            lines.append(f"operating points ({self.after['op_rows']}): mean TPOT at the measured occupancy, median APE "
+            lines.append(f"operating points ({self.after['op_rows']}): TPOT at the steady occupancy, median APE "
                          f"{f(self.before.get('op_median_ape'))} % -> {f(self.after.get('op_median_ape'))} %, p90 "
                          f"{f(self.before.get('op_p90_ape'))} % -> {f(self.after.get('op_p90_ape'))} %")
         lines.append("")
