@@ -3,8 +3,9 @@
 Prints the accuracy table (all rows, frontier, by model / hardware / scenario / round), the
 worst 10 rows and the wall time of the whole accuracy. ``--calibrate`` prints the in-sample fit
 on all frontier rows, its wall time, and every parameter on a bound of its documented range.
-``--operating-points bundled`` (or a CSV) also fits the model's mean TPOT at each run's measured
-occupancy (``infersim.accuracy.oppoints``); the default ``none`` fits the throughput rows alone.
+``--operating-points bundled`` (or a CSV) also fits the model's mean TPOT at each run's steady
+decode batch against its TPOT p50 (``infersim.accuracy.oppoints``); the default ``none`` fits the
+throughput rows alone.
 ``--cv`` prints cross-validated (held-out) error: leave one round out, leave one hardware out and
 leave one model out (frontier median / p90), each fold fitted from the documented defaults.
 Nothing is written to the profiles.
