@@ -291,7 +291,9 @@ class EngineDes:
     tpot_p: float
     tpot_p50: float
     occupancy: float
-    """Time-averaged sequences admitted and not finished (Little's law: rate × time in engine)."""
+    """Time-averaged sequences admitted and not finished (Little's law: rate × time in engine): from
+    the start of the iteration that admits a prompt (its first chunk, chunked) to the end of its last
+    decode iteration."""
     tokens_per_s: float
     iteration_mean: float
     gate_iters: float
@@ -311,6 +313,12 @@ class EngineDes:
     e2e_p: float = float("nan")
     """Its ``percentile`` quantile, s."""
     e2e_p50: float = float("nan")
+    decode_batch: float = float("nan")
+    """Time-averaged sequences decoding (past their first token): the occupancy less the prompts in
+    their prefill iteration(s)."""
+    decode_rows: float = float("nan")
+    """Mean over iterations of the rows a decode iteration is costed at (busiest rank's decoding
+    sequences, padded to the captured graph size)."""
 
 
 class ShortestFirst:
@@ -398,7 +406,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     slot_wait = np.zeros(n, dtype=bool)
     ptr, k, tau = 0, 0, 0.0
     wait_c = tmo_c = 0
-    occ_area = 0.0
+    occ_area = dec_area = rows_sum = 0.0
     n_adm_iters = n_spill = 0
     last_adm_k, gaps, big_tokens = None, [], []
     it_time_sum, it_count = 0.0, 0
@@ -499,6 +507,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
             big_tokens.append(max(tokens))
         occ_area += sum(running) * t_it if tau >= w0 else 0.0
         if tau >= w0:
+            dec_area += sum(decoding) * t_it
+            rows_sum += rows
             it_time_sum += t_it
             it_count += 1
         tau += t_it
@@ -536,4 +546,5 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                      blocked=bool(blocked), n_requests=int(sel.sum()), wall_s=time.perf_counter() - t0,
                      e2e_mean=float(e2e.mean()) if len(e2e) else float("inf"),
                      e2e_p=_percentile(e2e, q) if len(e2e) else float("inf"),
-                     e2e_p50=float(np.median(e2e)) if len(e2e) else float("inf"))
+                     e2e_p50=float(np.median(e2e)) if len(e2e) else float("inf"),
+                     decode_batch=dec_area / span, decode_rows=rows_sum / max(it_count, 1))

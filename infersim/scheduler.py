@@ -14,7 +14,10 @@ Per grid point (mean occupancy B per instance, layout, plan):
 
 - decode iteration t_d: ``step_cost`` with every rank padded to the captured CUDA-graph size of the
   busiest rank (per-rank occupancy Poisson(B/d), the M/G/inf occupancy; eager above the largest
-  captured size), KV reads of the B real sequences;
+  captured size), KV reads of the B real sequences. B counts a request from its admitting
+  iteration, in which it prefills and does not decode: the engine decodes only
+  ``serving.decode_batch`` = B·(1 − L/OSL) (des.simulate_engine does), so t_d is priced B·L/OSL
+  rows high (tests/test_scheduler.py: the 6/2 chunked 90 % gap);
 - gate period G (iterations between context iterations): per-rank arrivals per iteration
   a = B·L/(OSL·d) (Little's law on the decode side), P(every rank has a prompt after k iterations)
   = (1 − e^(−a·k))^d, the timeout T, the extra wait W, and immediate admission when some rank has

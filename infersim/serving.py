@@ -479,6 +479,16 @@ def palm_excess(scv: float, x):
     return np.interp(lx, ax, e_t), np.interp(lx, ax, v_t) * scale
 
 
+def decode_batch(batch, L, stats: WorkloadStats):
+    """Sequences past their first token at mean occupancy ``batch``: D = B·(1 − L/OSL).
+
+    ``request_rate`` counts every admitted request for OSL/L iterations; in the first of them, the
+    iteration that prefills its prompt and gives its first token, it does not decode, so B·L/OSL
+    of the B are in their prefill iteration and D decode (Little's law on the decode phase,
+    D = λ·(OSL/L − 1)·E[iteration]; des.simulate_engine's ``decode_batch``)."""
+    return np.asarray(batch, dtype=float) * np.maximum(1.0 - L / stats.osl_mean, 0.0)
+
+
 def request_rate(batch, t_d, s_mean, L, stats: WorkloadStats):
     """Requests/s at mean occupancy ``batch`` (Little's law on the decode side): each stays for
     OSL/L decode iterations of ``t_d`` and every one of the ``batch`` adds its prefill ``s_mean``
