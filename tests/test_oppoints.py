@@ -172,3 +172,25 @@ def test_operating_point_residual_at_the_rate_limit_is_capped():
 
     # t ∝ B: no occupancy carries a higher rate; the error counts cap times
     assert op_residual((0.1, 0.102), 0.095, cap=10.0) == pytest.approx(10.0 * math.log(0.1 / 0.095))
+
+
+@pytest.mark.parametrize("hw, model, scen, n, qps", [("h200-sxm", "llama2-70b", "server", 8, 60.0),
+                                                     ("gb300-nvl72", "deepseek-r1", "server", 72, 110.0)])
+def test_the_models_occupancy_at_a_rate_is_the_steady_point_of_its_own_tpot(hw, model, scen, n, qps):
+    """At any load the model's decode batch is λ · OSL · its mean TPOT (MTP included), so
+    ``steady_point`` applied to the model's own prediction returns the model's occupancy: a fitted
+    operating point is the run's TPOT p50 at the run's load, not at some other batch."""
+    from infersim import api
+    from infersim.graph import Layout
+    from infersim.scheduler import operating_point
+    from infersim.serving import WorkloadStats
+
+    p = api.predict(hw, model, f"mlperf-{model}-{scen}", n, round="v6.0", disable=["disagg"])
+    c = p.config
+    stats = WorkloadStats.from_workload(p.inputs.scenario.workload, p.inputs.model)
+    ok, why, m = operating_point(p.plan, Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"]), c["replicas"], stats,
+                                 p.inputs.scenario, qps, c["max_batch"], n / (c["tp"] * c["pp"]))
+    assert math.isfinite(m["tpot_mean_s"]) and m["occupancy"] > 0, why
+    occ, tpot_ms = steady_point({"scheduled_samples_per_s": str(qps), "tpot_p50_ms": str(1e3 * m["tpot_p50_s"]),
+                                 "tokens_per_sample": str(stats.osl_mean)})
+    assert occ == pytest.approx(m["occupancy"], rel=1e-3), occ / m["occupancy"]
