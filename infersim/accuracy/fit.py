@@ -296,7 +296,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         op_measured = np.array([o.tpot_s for o in ops])
 
         def op_eval(hw, rnd) -> list[float | None]:
-            """Model mean TPOT per operating point at its measured occupancy and (1 + ``OP_SLOPE_STEP``)
+            """Model mean TPOT per operating point at its steady occupancy and (1 + ``OP_SLOPE_STEP``)
             times it, at the run's own mean output length; one evaluation per key and output length
             over all its occupancies."""
             groups: dict[tuple[PredictionKey, float | None], list[int]] = {}
@@ -313,7 +313,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             return out
 
         def op_tpot(hw, rnd) -> list[float | None]:
-            """``op_eval``'s TPOT at the measured occupancies only."""
+            """``op_eval``'s TPOT at the steady occupancies only."""
             return [None if v is None else v[0] for v in op_eval(hw, rnd)]
 
         op_first = op_tpot(base_hw, base_rnd)

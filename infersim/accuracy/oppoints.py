@@ -106,8 +106,6 @@ def _num(text) -> float | None:
     return v if math.isfinite(v) and v > 0 else None
 
 
-
-
 def steady_point(cols: dict[str, str]) -> tuple[float | None, float | None]:
     """(decode occupancy over the whole system, TPOT in ms) of a run in steady state (module
     docstring): λ · tokens per sample · TPOT p50 and the TPOT p50; else LoadGen's mean in flight
