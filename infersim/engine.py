@@ -161,7 +161,7 @@ def _steps_per_prompt(plan: Plan, layout: Layout, shape: Shape):
     e = plan.engine
     if e.max_num_tokens is None or not e.chunked_prefill:
         return 1.0
-    free = np.maximum(e.max_num_tokens - np.asarray(shape.decode_seqs, dtype=float) * shape.decode_q / layout.dp, 1.0)
+    free = e.free_tokens(np.asarray(shape.decode_seqs, dtype=float) * shape.decode_q / layout.dp)
     return np.maximum(np.asarray(shape.prefill_len, dtype=float) / free, 1.0)
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
 from .graph import Formats, OpGraph
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
@@ -103,6 +105,11 @@ class Engine:
     fused_elementwise: tuple[str, ...] | None = None
     """Elementwise ops (by name) the stack's kernels absorb under ``fusion``; the rest stay their
     own memory-bound kernels (None: every fusable one is absorbed)."""
+
+    def free_tokens(self, decode_tokens_per_rank):
+        """Prompt tokens a rank's ``max_num_tokens`` budget leaves beside its decode tokens (at
+        least 1; the budget must be set)."""
+        return np.maximum(self.max_num_tokens - np.asarray(decode_tokens_per_rank, dtype=float), 1.0)
 
     @property
     def graph_max(self) -> float | None:

@@ -645,7 +645,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     gated = (d > 1) & (engine.gate_timeout_iters > 0)
     budget = engine.max_num_tokens is not None and stats.isl_points is not None
     # ISL tokens a rank can take per context iteration: its budget left beside its decode tokens
-    cap = np.maximum(engine.max_num_tokens - batch / d * dq, 1.0) / prompt_scale if budget else None
+    cap = engine.free_tokens(batch / d * dq) / prompt_scale if budget else None
     if budget and engine.chunked_prefill:
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
