@@ -17,6 +17,11 @@ equal the measured mean TPOT (the model is linear in it to within the secant ste
 Fit set: v5.1, one instance of 8 B200 GPUs. The fitted value is the median over the fit set; every
 other row is out of sample. Printed: the implied value per row and the TPOT error at the measured
 occupancy without and with the fitted term.
+
+Then the Offline check, also out of sample: the same executor loop runs in Offline (v5.1 streamed
+every token, v6.0 every 100), so every Offline row of a Python-executor model in
+mlperf_llm_results.csv is predicted at the capacity search's layout and batch with the term at 0
+and at the fitted value (``serving.offline``), against the published tokens/s per accelerator.
 """
 
 from __future__ import annotations
@@ -72,6 +77,40 @@ def rows_of(data):
     return out
 
 
+def offline_rows(c_us: float):
+    """(row, published, predicted without, predicted with the host term) per Offline row of a model
+    the round's preset runs on a Python executor."""
+    from infersim import api, serving
+    from infersim.accuracy.data import bundled_data, load_rows, resolve_preset
+    from infersim.graph import Layout
+    from infersim.serving import WorkloadStats
+
+    out, seen = [], {}
+    for row in load_rows(bundled_data()):
+        if row.scenario != "offline":
+            continue
+        key = (resolve_preset(row.version), row.hardware, row.model, row.accelerators)
+        if key not in seen:
+            try:
+                seen[key] = api.predict(row.hardware, row.model, f"mlperf-{row.model}-offline", row.accelerators, round=key[0])
+            except Exception as exc:  # noqa: BLE001 - a row the model cannot predict is reported, not fatal
+                seen[key] = str(exc)
+        pred = seen[key]
+        if isinstance(pred, str) or not pred.plan.engine.python_executor:
+            continue
+        c = pred.config
+        lay = Layout(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp=c["dp"])
+        stats = WorkloadStats.from_workload(pred.inputs.scenario.workload, pred.inputs.model)
+        b = np.array([c["batch"]])
+
+        def per_acc(host_s):
+            plan = dataclasses.replace(pred.plan, engine=dataclasses.replace(pred.plan.engine, host_s_per_stream_event=host_s))
+            return float(serving.offline(plan, lay, b, stats).tokens_per_s[0]) * c["replicas"] / row.accelerators
+
+        out.append((row, row.tokens_per_s / row.accelerators, per_acc(0.0), per_acc(c_us * 1e-6)))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None)
@@ -98,6 +137,18 @@ def main() -> None:
         if errs0[key]:
             print(f"{key}: {len(errs0[key])} rows, median |TPOT error| at the measured occupancy "
                   f"{statistics.median(errs0[key]):.1f} % without the host term, {statistics.median(errs1[key]):.1f} % with it")
+    print(f"\nOffline, out of sample (capacity layout and batch, tokens/s per accelerator; host term 0 / {c_us:.2f} us):")
+    print(f"{'ver':5} {'submitter':14} {'system':40} {'n':>4} {'published':>9} {'model 0':>8} {'err':>6} {'model fit':>9} {'err':>6}")
+    by_round: dict = {}
+    for row, meas, p0, p1 in sorted(offline_rows(c_us), key=lambda t: (t[0].version, t[0].columns.get("system", ""))):
+        e0, e1 = 100 * (p0 / meas - 1), 100 * (p1 / meas - 1)
+        by_round.setdefault(row.version, ([], []))
+        by_round[row.version][0].append(abs(e0))
+        by_round[row.version][1].append(abs(e1))
+        print(f"{row.version:5} {row.columns.get('submitter', '')[:14]:14} {row.columns.get('system', '')[:40]:40} {row.accelerators:4d} {meas:9.0f} {p0:8.0f} {e0:+6.1f} {p1:9.0f} {e1:+6.1f}")
+    for ver, (a0, a1) in sorted(by_round.items()):
+        print(f"{ver} Offline: {len(a0)} rows, median |error| {statistics.median(a0):.1f} % without the host term, "
+              f"{statistics.median(a1):.1f} % with it")
 
 
 if __name__ == "__main__":

@@ -111,6 +111,13 @@ class Engine:
         least 1; the budget must be set)."""
         return np.maximum(self.max_num_tokens - np.asarray(decode_tokens_per_rank, dtype=float), 1.0)
 
+    def host_time(self, batch):
+        """Host time per iteration on the critical path: one streamed response per running sequence
+        of the instance every ``stream_interval`` iterations (with attention DP the responses of every
+        rank are gathered and sent by one process), ``host_s_per_stream_event`` each. The same
+        executor loop runs in every scenario, Offline too."""
+        return self.host_s_per_stream_event * np.asarray(batch, dtype=float) / self.stream_interval
+
     @property
     def graph_max(self) -> float | None:
         if self.graph_sizes is None:

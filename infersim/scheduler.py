@@ -549,10 +549,8 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
 # ---- the engine -----------------------------------------------------------------------------------------
 
 def host_time(engine, batch):
-    """Host time per iteration on the critical path: one streamed response per running sequence
-    of the instance every ``stream_interval`` iterations (with attention DP the responses of every
-    rank are gathered and sent by one process), ``host_s_per_stream_event`` each."""
-    return engine.host_s_per_stream_event * np.asarray(batch, dtype=float) / engine.stream_interval
+    """``plan.Engine.host_time``: the Python executor's streamed responses per iteration."""
+    return engine.host_time(batch)
 
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,

@@ -64,13 +64,76 @@ def test_deepseek_offline_engine_is_the_hardware_runs_own(version, hw, gb):
 
 
 def test_deepseek_server_and_interactive_keep_the_model_recipe_where_runs_split():
-    """v6.0 B200 Server runs split (Dell/Google 512/3456, Nebius 640/4608) and GB200's hardware block
-    would reach Interactive: both keep the model's GB300 recipe outside Offline."""
-    for hw in ("b200", "gb200-nvl72"):
-        for kind in ("server", "interactive"):
-            e = load_preset("v6.0").engine_for("deepseek-r1", kind, hw)
-            assert (e.max_batch_size, e.max_num_tokens) == (640, 4608), (hw, kind)
-    assert load_preset("v6.0").engine_for("deepseek-r1", "offline", "gb300-nvl72").max_batch_size == 1536
+    """v6.0 B200 Server runs split (Dell/Google 512/3456, Nebius 640/4608): B200 keeps the model's
+    GB300 recipe outside Offline; GB200's Server runs agree (3 of 3 at 512/3456, graphs to 512, the
+    v5.1 WIDEEP recipe) and its ``server`` block does not reach Interactive."""
+    p = load_preset("v6.0")
+    for kind in ("server", "interactive"):
+        e = p.engine_for("deepseek-r1", kind, "b200")
+        assert (e.max_batch_size, e.max_num_tokens) == (640, 4608), kind
+    gb = p.engine_for("deepseek-r1", "server", "gb200-nvl72")
+    assert (gb.max_batch_size, gb.max_num_tokens) == _most_common("v6.0", "deepseek-r1", "Server", "GB200") == (512, 3456)
+    assert gb.graph_max == 512.0
+    inter = p.engine_for("deepseek-r1", "interactive", "gb200-nvl72")
+    assert (inter.max_batch_size, inter.max_num_tokens) == (640, 4608)
+    assert p.engine_for("deepseek-r1", "offline", "gb300-nvl72").max_batch_size == 1536
+
+
+def _backends(version: str, scenario: str, die: str, gb: bool) -> Counter:
+    """moe_backend of the DeepSeek-R1 runs of that round and scenario on that die (GB systems or not),
+    x8 GB300 systems left out (the preset's gb300-nvl72 recipe is the x72 one)."""
+    seen = Counter()
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            name = r["system"].upper()
+            if (r["version"], r["benchmark"], r["scenario"]) == (version, "deepseek-r1", scenario) \
+                    and die in name and (("G" + die) in name) == gb and r["moe_backend"] \
+                    and not (gb and r["total_accelerators"] == "8"):
+                seen[r["moe_backend"]] += 1
+    return seen
+
+
+@pytest.mark.parametrize("hw,kind", [(hw, k) for hw in ("b200", "b300", "gb200-nvl72", "gb300-nvl72")
+                                     for k in ("server", "offline")])
+def test_deepseek_moe_backend_is_the_runs_own(hw, kind):
+    """v6.0 DeepSeek-R1: the MoE backend each hardware's runs used (GB200 kept v5.1's WIDEEP, GB300
+    x72/x288 Offline CUTLASS, the rest CUTEDSL), and the round's MoE factor only for its own backend."""
+    die = hw.upper().replace("-NVL72", "").removeprefix("G")
+    runs = _backends("v6.0", kind.capitalize(), die, hw.startswith("gb"))
+    assert runs, (hw, kind)
+    p = load_preset("v6.0")
+    recipe = p.recipe_for("deepseek-r1", kind, hw)
+    assert recipe.moe_backend == runs.most_common(1)[0][0], runs
+    moe = p.maturity_for(recipe)[1]
+    assert moe == (p.moe_kernel_efficiency if recipe.moe_backend == p.moe_backend else 1.0)
+
+
+def test_moe_factor_follows_the_backend():
+    """The round's MoE factor applies to its own backend and to recipes that record none; a recipe
+    on another backend gets the reference round's, 1; other stacks get 1 for all three."""
+    from infersim.optimizations.presets import Recipe, Stack
+
+    p = load_preset("v6.0").model_copy(update={"moe_kernel_efficiency": 1.3, "kernel_efficiency": 1.1})
+    own = Recipe(stack=Stack.TENSORRT_LLM, moe_backend=p.moe_backend)
+    assert p.maturity_for(own)[:2] == (1.1, 1.3)
+    assert p.maturity_for(Recipe(stack=Stack.TENSORRT_LLM))[:2] == (1.1, 1.3)
+    assert p.maturity_for(Recipe(stack=Stack.TENSORRT_LLM, moe_backend="WIDEEP"))[:2] == (1.1, 1.0)
+    assert p.maturity_for(Recipe(stack=Stack.VLLM, moe_backend=p.moe_backend)) == (1.0, 1.0, 1.0)
+    unset = p.model_copy(update={"moe_backend": None})
+    assert unset.maturity_for(Recipe(stack=Stack.TENSORRT_LLM, moe_backend="WIDEEP"))[:2] == (1.1, 1.3)
+
+
+def test_unknown_moe_backend_is_a_clear_error(tmp_path):
+
+    from infersim.errors import SpecError
+    from infersim.optimizations.presets import presets_dir
+
+    src = (presets_dir() / "v6.0.yaml").read_text(encoding="utf-8")
+    bad = tmp_path / "v6.0.yaml"
+    bad.write_text(src.replace("moe_backend: WIDEEP,", "moe_backend: FASTEST,", 1), encoding="utf-8")
+    with pytest.raises(SpecError) as exc:
+        load_preset("v6.0", tmp_path)
+    assert "moe_backend" in str(exc.value) and "FASTEST" in str(exc.value)
 
 
 def _graph_runs(version: str, benchmark: str, scenario: str, die: str, gb: bool) -> Counter:

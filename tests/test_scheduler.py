@@ -310,6 +310,29 @@ def test_host_term_is_per_streamed_response_and_only_for_python_executors():
     assert np.all(with_host.tpot_mean > scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, decode_time, pre).tpot_mean)
 
 
+def test_offline_pays_the_python_executors_host_time_too():
+    """The Offline steady state runs the same executor loop: its iteration is the step cost plus
+    ``Engine.host_time`` at the batch (v5.1 DeepSeek-R1 streamed every token from a Python executor,
+    v6.0 every 100), and the tokens/s fall by exactly that share."""
+    from dataclasses import replace
+
+    from infersim import api
+    from infersim.graph import Layout
+    from infersim.serving import WorkloadStats
+
+    q = api.Query.build("b200", "deepseek-r1", "mlperf-deepseek-r1-offline", 8, round="v5.1")
+    plan = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    assert plan.engine.python_executor and plan.engine.stream_interval == 1 and plan.engine.host_s_per_stream_event > 0
+    st = WorkloadStats.from_workload(q.inputs.scenario.workload, q.inputs.model)
+    lay, b = Layout(tp=8, ep=8, dp=8), np.array([512.0, 4096.0])
+    off = serving.offline(plan, lay, b, st)
+    bare = serving.offline(replace(plan, engine=replace(plan.engine, host_s_per_stream_event=0.0)), lay, b, st)
+    host = plan.engine.host_time(b)
+    np.testing.assert_allclose(off.step.total + host, b * plan.serving.tokens_per_step / off.tokens_per_s, rtol=1e-12)
+    np.testing.assert_allclose(off.tokens_per_s / bare.tokens_per_s, bare.step.total / (bare.step.total + host), rtol=1e-12)
+    assert np.all(host > 0) and host[1] == pytest.approx(8 * host[0])
+
+
 def test_run_qps_reports_the_completed_rate_below_the_steady_state():
     base = ["run", "-H", "gb300-nvl72", "-m", "deepseek-r1", "-s", "mlperf-deepseek-r1-server", "-n", "72", "--tp", "8",
             "--ep", "8", "--dp", "8", "--disable", "mtp", "--round", "v6.0", "--qps", "40", "--format", "json"]

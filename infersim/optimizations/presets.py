@@ -33,6 +33,10 @@ class Stack(StrEnum):
 
 
 StackName = Literal["tensorrt-llm", "vllm", "sglang"]
+MoeBackend = Literal["CUTLASS", "WIDEEP", "CUTEDSL", "TRTLLM", "TRT_PLUGIN"]
+"""TensorRT-LLM routed-expert backends named in the published runs (mlperf_engine_settings.csv
+``moe_backend``), and TRT_PLUGIN: the MoE plugin of a built TensorRT engine (the C++ executor's
+runs, which name no backend)."""
 """A ``Stack`` value as written in YAML (specs validate strictly, so the field takes the literal)."""
 
 
@@ -66,6 +70,10 @@ class EngineFields(Spec):
     iterations replay a graph (TensorRT-LLM's decode CUDA graphs, SGLang, vLLM V0)."""
     stream_interval: int | None = Field(default=None, ge=1, le=100_000)
     """Output tokens per streamed chunk."""
+    moe_backend: MoeBackend | None = None
+    """Routed-expert kernel backend (TensorRT-LLM ``moe_backend``). Where it is not the round's own
+    (``PresetSpec.moe_backend``) the run uses an earlier round's MoE kernels: see
+    ``PresetSpec.maturity_for``."""
     python_executor: bool | None = None
     """The engine's executor loop runs in Python (TensorRT-LLM PyTorch backend / trtllm-serve):
     its streamed responses cost host time on the iteration's critical path."""
@@ -114,6 +122,8 @@ class EngineFields(Spec):
 class EngineOverride(EngineFields):
     offline: EngineFields | None = None
     """Settings that differ in the Offline scenario."""
+    server: EngineFields | None = None
+    """Settings that differ in the Server scenario."""
     interactive: EngineFields | None = None
     """Settings that differ in the Interactive scenario."""
 
@@ -148,6 +158,8 @@ class Recipe:
     vision_attention: str | None = None
     disable: tuple[str, ...] = ()
     """Optimization kinds the recipe's engine does not run."""
+    moe_backend: str | None = None
+    """Routed-expert kernel backend of the recipe (None: not recorded)."""
 
     @property
     def layout(self) -> dict[str, int]:
@@ -158,7 +170,7 @@ class Recipe:
 def _merge(base: dict, block: EngineFields | None) -> dict:
     if block is None:
         return base
-    fields = block.model_dump(exclude={"offline", "interactive", "hardware"})
+    fields = block.model_dump(exclude={"offline", "server", "interactive", "hardware"})
     return {**base, **{k: v for k, v in fields.items() if v is not None}}
 
 
@@ -173,6 +185,11 @@ class PresetSpec(Spec):
     """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's maturity."""
     host_overhead_scale: float = Field(default=1.0, ge=0, le=10)
     """Multiplier on the hardware's per-step host overhead."""
+    moe_backend: MoeBackend | None = None
+    """The routed-expert kernel backend ``moe_kernel_efficiency`` describes: the one this round's
+    recipes introduced (None: every MoE run of the round uses the round's factor). A recipe on
+    another backend (engine setting ``moe_backend``) runs the reference round's kernels, whose
+    factor is 1 by definition (``maturity_for``)."""
     stack: StackName = Stack.TENSORRT_LLM.value
     """The serving stack of the rows the three maturity multipliers above are fitted on; a
     recipe of another stack (``engine`` block ``stack``) runs at maturity 1 (the hardware's
@@ -200,7 +217,7 @@ class PresetSpec(Spec):
         for block in blocks:
             if block is not None:
                 d = _merge(d, block)
-                d = _merge(d, getattr(block, scenario_kind, None) if scenario_kind in ("offline", "interactive") else None)
+                d = _merge(d, getattr(block, scenario_kind, None) if scenario_kind in ("offline", "server", "interactive") else None)
         return d
 
     def engine_for(self, model_id: str, scenario_kind: str, hardware_id: str | None = None):
@@ -232,10 +249,16 @@ class PresetSpec(Spec):
 
     def maturity_for(self, recipe: Recipe) -> tuple[float, float, float]:
         """(kernel, MoE kernel, host overhead) maturity multipliers for a recipe of ``recipe.stack``:
-        the preset's where the stacks match, else 1 (none fitted for that stack)."""
+        the preset's where the stacks match, else 1 (none fitted for that stack). The MoE factor
+        describes the round's own MoE backend (``moe_backend``); a recipe that kept an earlier
+        backend (v6.0 GB200 NVL72 DeepSeek-R1: WIDEEP, the v5.1 kernels; GB300 Offline: CUTLASS,
+        shared/reference/mlperf_submission_configs.md section 1e) gets 1, the reference round's."""
         if recipe.stack != Stack(self.stack):
             return 1.0, 1.0, 1.0
-        return self.kernel_efficiency, self.moe_kernel_efficiency, self.host_overhead_scale
+        moe = self.moe_kernel_efficiency
+        if self.moe_backend is not None and recipe.moe_backend is not None and recipe.moe_backend != self.moe_backend:
+            moe = 1.0  # an earlier round's MoE backend: the reference round's kernels
+        return self.kernel_efficiency, moe, self.host_overhead_scale
 
 
 def presets_dir() -> Path:
