@@ -211,7 +211,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     dq = 1.0 + plan.serving.draft_depth
     decode = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean)
     cost = step_cost(plan, lay, decode)
-    t_d = cost.total
+    t_d = cost.total + plan.engine.host_time(batch)  # a Python executor's responses, as aggregated
     r_d = batch * L / (stats.osl_mean * t_d)
     s_d = lay.tp * lay.pp
     slo = scenario.slo

@@ -183,8 +183,10 @@ class Result:
         cb, mb = self._at(step.compute_bound, i, j), self._at(step.memory_bound, i, j)
         bound = max((("compute", cb), ("memory", mb), ("communication", kinds["comm"]),
                      ("overhead", kinds["overhead"])), key=lambda kv: kv[1])[0]
+        # a Python executor's streamed responses, serial with every iteration (plan.Engine.host_time)
+        host = float(self.plan.engine.host_time(self.batch[j]))
         return {"step_s": self._at(step.total, i, j), "by_kind_s": kinds, "compute_bound_s": cb, "memory_bound_s": mb,
-                "bound": bound, "prefill_share": self._at(self.serving.prefill_share, i, j)}
+                "bound": bound, "prefill_share": self._at(self.serving.prefill_share, i, j), "host_s": host}
 
     def records(self, where: np.ndarray | None = None) -> list[dict[str, Any]]:
         """One flat record per grid point (optionally only where ``where``): layout, batch,

@@ -333,6 +333,24 @@ def test_offline_pays_the_python_executors_host_time_too():
     assert np.all(host > 0) and host[1] == pytest.approx(8 * host[0])
 
 
+def test_breakdown_reports_the_host_time_outside_the_step():
+    """``breakdown.host_s`` is the Python executor's host time per iteration at the point's batch;
+    Offline's TPOT is step + host (one token per step without MTP), and a disaggregated decode pool
+    pays it too (its TPOT is (step + host) / tokens per step)."""
+    from infersim import api
+
+    off = api.predict("b200", "deepseek-r1", "mlperf-deepseek-r1-offline", 8, round="v5.1")
+    b = off.breakdown
+    assert b["host_s"] == pytest.approx(off.plan.engine.host_time(off.config["batch"]), rel=1e-12) and b["host_s"] > 0.01
+    assert off.metrics["tpot_mean_s"] == pytest.approx(b["step_s"] + b["host_s"], rel=1e-9)
+    dis = api.predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, round="v6.0")
+    assert dis.config["disaggregated"] and dis.breakdown["host_s"] > 0
+    assert dis.metrics["tpot_mean_s"] == pytest.approx(
+        (dis.breakdown["step_s"] + dis.breakdown["host_s"]) / dis.config["tokens_per_step"], rel=1e-9)
+    llama = api.predict("b200", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v5.1")
+    assert llama.breakdown["host_s"] == 0.0  # the C++ executor: off the critical path
+
+
 def test_run_qps_reports_the_completed_rate_below_the_steady_state():
     base = ["run", "-H", "gb300-nvl72", "-m", "deepseek-r1", "-s", "mlperf-deepseek-r1-server", "-n", "72", "--tp", "8",
             "--ep", "8", "--dp", "8", "--disable", "mtp", "--round", "v6.0", "--qps", "40", "--format", "json"]
