@@ -33,11 +33,11 @@ class Stack(StrEnum):
 
 
 StackName = Literal["tensorrt-llm", "vllm", "sglang"]
+"""A ``Stack`` value as written in YAML (specs validate strictly, so the field takes the literal)."""
 MoeBackend = Literal["CUTLASS", "WIDEEP", "CUTEDSL", "TRTLLM", "TRT_PLUGIN"]
 """TensorRT-LLM routed-expert backends named in the published runs (mlperf_engine_settings.csv
 ``moe_backend``), and TRT_PLUGIN: the MoE plugin of a built TensorRT engine (the C++ executor's
 runs, which name no backend)."""
-"""A ``Stack`` value as written in YAML (specs validate strictly, so the field takes the literal)."""
 
 
 FUSABLE_ELEMENTWISE = ("rope", "qk_norm", "rope_latent_norm", "mlp_act", "experts_act", "input_norm", "post_attn_norm",
