@@ -145,6 +145,32 @@ def hardware_defaults(runner: Runner, hw_id: str, names: Sequence[str]) -> dict[
         return {n: float(getattr(eff, n)) for n in names}
 
 
+MOE_PARAMETERS = ("moe_memory_fraction",)
+"""Hardware parameters only MoE models exercise: fitted only on a die with an MoE row or operating
+point in the fit, else set to the fitted profiles' median (``_unexercised``)."""
+
+
+def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple[str, str]]:
+    """(hardware, parameter) pairs of ``names`` that no fit row or operating point of an MoE model on
+    that die (the profile and the profiles carrying its die) can move: a least-squares fit would
+    leave them at their start value, the documented default, which for a held-out model or a
+    new die is no evidence at all."""
+    if not names:
+        return set()
+    from ..specs import catalog
+
+    moe: dict[str, bool] = {}
+
+    def is_moe(model: str) -> bool:
+        if model not in moe:
+            moe[model] = bool(catalog.load("model", model).is_moe)
+        return moe[model]
+
+    used = {(fr.key.hardware, fr.key.model) for fr in fit} | {(o.hardware, o.model) for o in ops}
+    exercised = {share.get(h, h) for h, m in used if is_moe(m)}  # by die
+    return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
+
+
 def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
     """{profile: profile whose kernel efficiencies it takes} among ``hw_ids`` (``kernels_as``,
     followed to the end of a chain), and notes for a sibling outside the fit.
@@ -330,8 +356,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         # profiles carrying the same die fit one value of each kernel efficiency (on both's rows)
         share, notes = die_sharing(run, hw_ids)
         tied = tuple(n for n in parameters if n in KERNEL_PARAMETERS)
+        unexercised = _unexercised(hw_ids, share, fit, ops, [n for n in parameters if n in MOE_PARAMETERS])
         for h in hw_ids:
-            own = [n for n in parameters if not (h in share and n in tied)]
+            own = [n for n in parameters if not (h in share and n in tied) and (h, n) not in unexercised]
             rows_h = hw_counts[h] + sum(hw_counts[d] for d, c in share.items() if c == h)
             if rows_h < min_rows or (h in share and hw_counts[h] < min_rows):
                 skipped[h] = f"{hw_counts[h]} frontier row(s) < min_rows={min_rows}"
@@ -434,6 +461,16 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         fitted_hw |= {d for d, c in share.items() if c in fitted_hw}  # written with the shared values
         fitted_rnd = {params[j].owner for j in st_idx}
         hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters} for h in sorted(fitted_hw)}
+        for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
+            fitted_n = [hardware_out[params[j].owner][n] for j in hw_idx if params[j].name == n]
+            if not fitted_n:
+                continue
+            value = round_sig(float(np.median(fitted_n)))
+            for h in sorted(h for h, m in unexercised if m == n and h in hardware_out):
+                for g in [h] + [d for d, c in share.items() if c == h and d in hardware_out]:
+                    hardware_out[g][n] = value
+                notes.append(f"{h}.{n}: no MoE row or operating point on this die in the fit; the median of the "
+                             f"{len(fitted_n)} fitted profiles ({value:g}) in place of its documented default")
         presets_out = {r: {n: round_sig(rnd[r][n]) for n in names_r} for r in rounds_all if r in fitted_rnd}
         for h in hardware_out:
             hw[h] = {**hw[h], **hardware_out[h]}
