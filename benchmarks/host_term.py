@@ -3,7 +3,7 @@ and checked out of sample.
 
     python benchmarks/host_term.py [--data FILE]
 
-Mechanism (infersim.scheduler.host_time): an engine whose executor loop runs in Python
+Mechanism (infersim.plan.Engine.host_time): an engine whose executor loop runs in Python
 (TensorRT-LLM's PyTorch backend behind trtllm-serve: DeepSeek-R1 in v5.1 and v6.0, gpt-oss-120b in
 v6.0; shared/reference/mlperf_submission_configs.md, core types) builds and sends one response per
 running request every ``stream_interval`` tokens, serially with the GPU iteration (with attention
@@ -41,6 +41,11 @@ sys.path.insert(0, str(ROOT))
 PROBE_S = 10e-6
 
 
+def with_host(plan, host_s: float):
+    """``plan`` with its engine's host time per streamed response set to ``host_s``."""
+    return dataclasses.replace(plan, engine=dataclasses.replace(plan.engine, host_s_per_stream_event=host_s))
+
+
 def rows_of(data):
     from infersim import at_load as al
     from infersim.accuracy.data import resolve_preset
@@ -66,7 +71,7 @@ def rows_of(data):
         b = np.array([occ / c["replicas"]])
 
         def tpot_at(host_s):
-            plan = dataclasses.replace(pred.plan, engine=dataclasses.replace(pred.plan.engine, host_s_per_stream_event=host_s))
+            plan = with_host(pred.plan, host_s)
             return 1e3 * float(server(plan, lay, b, stats, 99.0, n / (c["tp"] * c["pp"])).tpot_mean[0])
 
         t0, t1 = tpot_at(0.0), tpot_at(PROBE_S)
@@ -104,7 +109,7 @@ def offline_rows(c_us: float):
         b = np.array([c["batch"]])
 
         def per_acc(host_s):
-            plan = dataclasses.replace(pred.plan, engine=dataclasses.replace(pred.plan.engine, host_s_per_stream_event=host_s))
+            plan = with_host(pred.plan, host_s)
             return float(serving.offline(plan, lay, b, stats).tokens_per_s[0]) * c["replicas"] / row.accelerators
 
         out.append((row, row.tokens_per_s / row.accelerators, per_acc(0.0), per_acc(c_us * 1e-6)))

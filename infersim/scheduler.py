@@ -548,11 +548,6 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
 
 # ---- the engine -----------------------------------------------------------------------------------------
 
-def host_time(engine, batch):
-    """``plan.Engine.host_time``: the Python executor's streamed responses per iteration."""
-    return engine.host_time(batch)
-
-
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
            workers=1.0) -> EngineResult:
     """Renewal arrivals (Poisson unless ``stats.arrival_scv`` ≠ 1) into one instance at mean
@@ -604,7 +599,7 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     batch = np.asarray(batch, dtype=float)
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
     ctx_tokens = stats.context_mean * batch
-    host = host_time(plan.engine, batch)
+    host = plan.engine.host_time(batch)
     cache = {}
 
     def decode_time(rows):

@@ -252,6 +252,19 @@ def test_yaml_edit_keeps_comments_and_replaces_the_record(tmp_path):
     assert path.read_text() == new  # editing never writes
 
 
+def test_yaml_edit_writes_a_power_of_ten_as_a_float(tmp_path):
+    """A fitted value clamped to 1e-10 (a fraction at its lower bound) is written 1.0e-10: ruamel's
+    1e-10 has no dot, which YAML 1.1 (the specs' reader) takes for a string, and the edit failed."""
+    path = tmp_path / "p.yaml"
+    path.write_text(SAMPLE)
+    record = {"data": "x.csv", "date": "2026-01-02", "rows": 3, "residual_median_ape": 4.5,
+              "parameters": ["kernel_efficiency"], "findings": []}
+    new = edited_text(path, None, {"kernel_efficiency": 1e-10, "host_overhead_scale": 1e-05}, record, PresetSpec)
+    data = yaml.safe_load(new)
+    assert data["kernel_efficiency"] == 1e-10 and data["host_overhead_scale"] == 1e-05
+    assert re.search(r"kernel_efficiency: 1\.0e-10 +# calibrated", new)
+
+
 def test_yaml_edit_leaves_blocks_it_did_not_touch_exactly_as_written(tmp_path):
     """A preset's engine block (multi-line flow mappings with comments) comes back byte for byte;
     ruamel alone re-flows such mappings onto one line."""

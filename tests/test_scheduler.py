@@ -299,12 +299,12 @@ def test_host_term_is_per_streamed_response_and_only_for_python_executors():
     assert v51.engine_for("llama2-70b", "server").host_s_per_stream_event == 0.0
     assert v60.engine_for("deepseek-r1", "server").stream_interval == 100
     eng = Engine(stream_interval=4, host_s_per_stream_event=10e-6)
-    np.testing.assert_allclose(scheduler.host_time(eng, np.array([0.0, 400.0])), [0.0, 1e-3])
+    np.testing.assert_allclose(eng.host_time(np.array([0.0, 400.0])), [0.0, 1e-3])
     # the engine sees the host time as part of every iteration: same result as a slower decode step
     st = stats()
     pre = lambda n, imb: S_TOK * st.isl_mean * imb  # noqa: E731
     b = np.array([20.0, 80.0])
-    with_host = scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, lambda r: decode_time(r) + scheduler.host_time(eng, b), pre)
+    with_host = scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, lambda r: decode_time(r) + eng.host_time(b), pre)
     slower = scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, lambda r: decode_time(r) + 1e-3 * b / 400.0, pre)
     np.testing.assert_allclose(with_host.tpot_mean, slower.tpot_mean, rtol=1e-12)
     assert np.all(with_host.tpot_mean > scheduler.engine_queue(Engine(), 1, b, st, 1.0, Q, decode_time, pre).tpot_mean)

@@ -157,17 +157,10 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     new die is no evidence at all."""
     if not names:
         return set()
-    from ..specs import catalog
-
-    moe: dict[str, bool] = {}
-
-    def is_moe(model: str) -> bool:
-        if model not in moe:
-            moe[model] = bool(catalog.load("model", model).is_moe)
-        return moe[model]
+    from ..specs import catalog  # profiles are cached by file
 
     used = {(fr.key.hardware, fr.key.model) for fr in fit} | {(o.hardware, o.model) for o in ops}
-    exercised = {share.get(h, h) for h, m in used if is_moe(m)}  # by die
+    exercised = {share.get(h, h) for h, m in used if catalog.load("model", m).is_moe}  # by die
     return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
 
 

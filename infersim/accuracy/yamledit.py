@@ -31,7 +31,20 @@ def _yaml():
     y.width = 4096
     y.indent(mapping=2, sequence=4, offset=2)
     y.representer.add_representer(type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null"))
+    y.representer.add_representer(float, _represent_float)
     return y
+
+
+def _represent_float(rep, value: float):
+    """A float as YAML 1.1 readers (PyYAML's safe_load, which the specs use) read it back as a float:
+    ruamel writes 1e-10 without a dot, which YAML 1.1 takes for a string; 1.0e-10 it reads."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return rep.represent_float(value)
+    text = repr(float(value))
+    if "e" in text and "." not in text.split("e")[0]:
+        mant, _, exp = text.partition("e")
+        text = f"{mant}.0e{exp}"
+    return rep.represent_scalar("tag:yaml.org,2002:float", text)
 
 
 def _load(text: str, file: str):
