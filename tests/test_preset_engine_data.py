@@ -180,3 +180,30 @@ def test_reports_say_which_iterations_replay_a_graph():
     assert eager.config["cuda_graphs"].startswith("none")
     captured = api.predict("b200", "llama3.1-8b", "mlperf-llama3.1-8b-server", 8, round="v5.1")
     assert captured.config["cuda_graphs"].startswith("decode-only") and "eagerly" in captured.config["cuda_graphs"]
+
+
+@pytest.mark.parametrize("scenario", ["Server", "Offline", "Interactive"])
+def test_v60_deepseek_r1_runs_mtp_and_disaggregation_only_where_its_runs_did(scenario):
+    """The v6.0 DeepSeek-R1 recipes offer MTP and disaggregation (preset ``choices``) only in the scenario
+    whose runs used them: every Server and Offline run was aggregated without speculative decoding,
+    every Interactive run used MTP 3 (columns serving_mode, speculative_decoding)."""
+    with open(SETTINGS, encoding="utf-8") as f:
+        runs = [r for r in csv.DictReader(f)
+                if (r["version"], r["benchmark"], r["scenario"]) == ("v6.0", "deepseek-r1", scenario)]
+    assert runs
+    spec = {r["speculative_decoding"] for r in runs}
+    disagg = {r["serving_mode"].startswith("disaggregated") for r in runs}
+    p = load_preset("v6.0")
+    assert {"mtp", "disagg"} <= {c["kind"] for c in p.choices}
+    for hw in ("b200", "b300", "gb200-nvl72", "gb300-nvl72"):
+        off = set(p.recipe_for("deepseek-r1", scenario.lower(), hw).disable)
+        assert ("mtp" in off) == (spec == {""}), (hw, spec)
+        assert ("disagg" in off) == (disagg == {False}), (hw, disagg)
+
+
+def test_v60_deepseek_r1_server_capacity_runs_the_aggregated_recipe_without_mtp():
+    from infersim.api import predict
+
+    p = predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server", 72, round="v6.0")
+    assert p.feasible and not p.config["disaggregated"] and p.config["mtp_depth"] == 0
+    assert "mtp" not in p.config["optimizations"]
