@@ -65,17 +65,27 @@ def test_deepseek_offline_engine_is_the_hardware_runs_own(version, hw, gb):
 
 def test_deepseek_server_and_interactive_keep_the_model_recipe_where_runs_split():
     """v6.0 B200 Server runs split (Dell/Google 512/3456, Nebius 640/4608): B200 keeps the model's
-    GB300 recipe outside Offline; GB200's Server runs agree (3 of 3 at 512/3456, graphs to 512, the
-    v5.1 WIDEEP recipe) and its ``server`` block does not reach Interactive."""
+    GB300 recipe in Server; GB200's Server runs agree (3 of 3 at 512/3456, graphs to 512, the
+    v5.1 WIDEEP recipe) and its ``server`` block does not reach Interactive, whose runs cap 128
+    sequences per rank (aggregated and GB300 decode workers) and 64 (GB200 decode workers)."""
     p = load_preset("v6.0")
-    for kind in ("server", "interactive"):
-        e = p.engine_for("deepseek-r1", kind, "b200")
-        assert (e.max_batch_size, e.max_num_tokens) == (640, 4608), kind
+    e = p.engine_for("deepseek-r1", "server", "b200")
+    assert (e.max_batch_size, e.max_num_tokens) == (640, 4608)
     gb = p.engine_for("deepseek-r1", "server", "gb200-nvl72")
     assert (gb.max_batch_size, gb.max_num_tokens) == _most_common("v6.0", "deepseek-r1", "Server", "GB200") == (512, 3456)
     assert gb.graph_max == 512.0
-    inter = p.engine_for("deepseek-r1", "interactive", "gb200-nvl72")
-    assert (inter.max_batch_size, inter.max_num_tokens) == (640, 4608)
+    caps = {}
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if (r["version"], r["benchmark"], r["scenario"]) == ("v6.0", "deepseek-r1", "Interactive"):
+                caps[r["system"]] = int(float(r["max_batch_size"] or r["disagg_decode_max_batch_size"]))
+    hw_of = {"G894-SD3-AAX7_B300-SXM-270GBx8_TRT": "b300", "GB200-NVL72_GB200-186GB_aarch64x72_TRT": "gb200-nvl72",
+             "GB300-NVL72_GB300-288GB_aarch64x72_TRT": "gb300-nvl72"}
+    assert set(caps) == set(hw_of)
+    for system, cap in caps.items():
+        inter = p.engine_for("deepseek-r1", "interactive", hw_of[system])
+        assert inter.max_batch_size == cap, system
+    assert p.engine_for("deepseek-r1", "interactive", "b200").max_batch_size == 128  # the B200 x8 config (1d)
     assert p.engine_for("deepseek-r1", "offline", "gb300-nvl72").max_batch_size == 1536
 
 
