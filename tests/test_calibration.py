@@ -116,7 +116,16 @@ def test_leave_one_hardware_out_predicts_held_out_hardware_from_the_fleet_prior(
     for fold in block["folds"].values():
         assert fold["median_ape"] < 0.5 * fold["uncalibrated_median_ape"]
         assert fold["fit_rows"] == 4
-    assert "leave one hardware out" in accuracy.format_cv(cv)
+    # the row table behind the figures: every held-out row once, worst first, its error recomputable
+    table = block["held_out"]
+    assert len(table) == 8 and {r["hardware"] for r in table} == {"h100-sxm", "h200-sxm"}
+    errs = [abs(r["error_pct"]) for r in table]
+    assert errs == sorted(errs, reverse=True)
+    for r in table:
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted_tokens_per_s"] / r["published_tokens_per_s"] - 1))
+    assert sorted(errs)[len(errs) // 2 - 1] <= block["median_ape"] <= sorted(errs)[len(errs) // 2]
+    text = accuracy.format_cv(cv)
+    assert "leave one hardware out" in text and "worst held-out rows (of 8)" in text
 
 
 def test_round_chain_composes_monotone_values_and_its_sparsity():

@@ -102,6 +102,19 @@ def _fold_stats(items: list[dict[str, Any]]) -> dict[str, Any]:
             "uncalibrated_median_ape": bmed, "uncalibrated_p90_ape": bp90}
 
 
+def _row_table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each held-out row's prediction, for the error table behind a fold's figures (worst first)."""
+    out = []
+    for i in items:
+        r = i["row"]
+        err = None if i["predicted"] is None else 100 * (i["predicted"] / r.tokens_per_s - 1)
+        out.append({"version": r.version, "hardware": r.hardware, "model": r.model, "scenario": r.scenario,
+                    "accelerators": r.accelerators, "system": r.columns.get("system", ""), "line": r.line,
+                    "published_tokens_per_s": r.tokens_per_s, "predicted_tokens_per_s": i["predicted"],
+                    "error_pct": err, "reason": i["reason"]})
+    return sorted(out, key=lambda x: -abs(x["error_pct"]) if x["error_pct"] is not None else -math.inf)
+
+
 def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
                    folds: Sequence[str] = FOLD_KINDS, fit_rounds: bool = True, min_rows: int = 3, max_nfev: int = 8,
                    progress: Progress | None = None, workers: int | None = None,
@@ -123,7 +136,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     dict with ``leave_one_round_out``, ``leave_one_hardware_out`` and/or
     ``leave_one_model_out``, each with pooled ``rows, n_failed, median_ape, p90_ape`` over all
     held-out frontier rows (and ``uncalibrated_*`` at the documented defaults), ``folds`` (per
-    held-out value), ``max_nfev`` and ``seconds``. A hardware with fewer than ``min_rows``
+    held-out value), ``max_nfev``, ``seconds`` and ``held_out`` (each held-out row's published and
+    predicted tokens/s and signed error, worst first). A hardware with fewer than ``min_rows``
     frontier rows is not held out on its own.
     """
     for kind in folds:
@@ -162,12 +176,12 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
             out[f"leave_one_{kind}_out"] = {**_fold_stats(pooled), "folds": fold_out, "max_nfev": max_nfev,
-                                           "seconds": time.perf_counter() - t0}
+                                           "seconds": time.perf_counter() - t0, "held_out": _row_table(pooled)}
         return out
 
 
-def format_cv(cv: dict[str, Any]) -> str:
-    """A plain-text table of cross-validation results."""
+def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
+    """A plain-text table of cross-validation results, with each fold kind's ``worst_rows`` worst held-out rows."""
     f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     lines = []
     for kind, block in cv.items():
@@ -179,6 +193,12 @@ def format_cv(cv: dict[str, Any]) -> str:
                          f"{f(s['uncalibrated_median_ape']):>20}")
         lines.append(f"  {'pooled':<16}{block['rows']:>6}{f(block['median_ape']):>14}{f(block['p90_ape']):>11}"
                      f"{f(block['uncalibrated_median_ape']):>20}")
+        worst = [r for r in block.get("held_out", []) if r["error_pct"] is not None][:worst_rows]
+        if worst:
+            lines.append(f"  worst held-out rows (of {len(block['held_out'])}):")
+            lines += [f"    {r['error_pct']:+7.1f} %  {r['version']} {r['hardware']} x{r['accelerators']} {r['model']} "
+                      f"{r['scenario']}  ({r['predicted_tokens_per_s']:,.0f} vs {r['published_tokens_per_s']:,.0f} tokens/s)"
+                      for r in worst]
     return "\n".join(lines)
 
 
