@@ -4,7 +4,8 @@ Three fold kinds: leave one round out, leave one hardware out and leave one mode
 fold fits the parameters on the other rows, starting from the documented defaults (so no fold
 starts from values fitted on its own test rows), and predicts the held-out frontier rows:
 
-- a hardware the fold did not fit gets the fleet prior (``transfer_prior``), as new hardware would;
+- a hardware the fold did not fit gets the fleet prior (``transfer_prior``), as new hardware would,
+  or, where a fitted profile carries its GPU die (``kernels_as``), that profile's kernel efficiencies;
 - a round the fold did not fit gets the geometric mean of its nearest fitted older and newer
   rounds' factors (one neighbour only: that neighbour's factors), which keeps the round order.
 
@@ -24,7 +25,7 @@ import numpy as np
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
 from .fit import DEFAULT_PARAMETERS, FitRow, _vals, calibrate, fit_rows, hardware_defaults, round_defaults, round_sig
-from .params import HARDWARE_RANGES, ROUND_FACTORS
+from .params import HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
 from .runner import Runner, runner_for
@@ -39,22 +40,47 @@ SCALE_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction",
 """Fractions transferred as ratios to each hardware's own documented default; the others as values."""
 
 
+def _die(run: Runner, hw_id: str) -> str:
+    """The profile at the end of ``hw_id``'s ``kernels_as`` chain (itself where it names none)."""
+    from ..specs import catalog
+
+    seen = {hw_id}
+    while (k := run.base_hardware(hw_id).efficiency.kernels_as) is not None:
+        k = catalog.profile_id("hardware", k)
+        if k in seen:
+            break
+        seen.add(k)
+        hw_id = k
+    return hw_id
+
+
 def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None = None) -> dict[str, float]:
-    """Efficiencies for hardware the fit did not cover: the fleet's calibrated-to-default ratio.
+    """Efficiencies for hardware the fit did not cover: its die sibling's kernel efficiencies where
+    a fitted profile carries the same GPU die, else the fleet's calibrated-to-default ratio.
 
     Notes
     -----
-    For a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over the fitted
-    hardware h, where p_default is the documented (spec-sheet) default, never a fitted value;
-    clipped to the parameter's range. Other parameters (small-GEMM knee, step overhead) take
+    Same die (``kernels_as``, in either direction, e.g. B300 and GB300 NVL72): the kernel
+    efficiencies (``params.KERNEL_PARAMETERS``, fractions of the die's own peaks) are the fitted
+    sibling's, the median where several are fitted, as calibrate would tie them; the per-step
+    host cost is the system's CPU, not the die's, and takes the fleet's.
+    Otherwise, for a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over
+    the fitted hardware h, where p_default is the documented (spec-sheet) default, never a fitted
+    value; clipped to the parameter's range. Other parameters (small-GEMM knee, step overhead) take
     the fleet median. Leave-one-hardware-out CV predicts the held-out hardware with this rule.
     """
+    run = runner or Runner(result.presets_dir)
     names = sorted({n for v in result.hardware.values() for n in v})
-    default = hardware_defaults(runner or Runner(result.presets_dir), hw_id, names)
+    default = hardware_defaults(run, hw_id, names)
+    die = _die(run, hw_id)
+    siblings = [h for h in result.hardware if h != hw_id and _die(run, h) == die]
     out = {}
     for name in names:
         fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
-        if name in SCALE_PARAMETERS:
+        same_die = [v for h, v in fitted if h in siblings]
+        if same_die and name in KERNEL_PARAMETERS:
+            value = float(np.median(same_die))
+        elif name in SCALE_PARAMETERS:
             ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted if result.defaults.get(f"{h}.{name}")]
             value = default[name] * float(np.median(ratios))
         else:
