@@ -24,7 +24,7 @@ from . import parallel
 from .engine import step_cost
 from .graph import Shape
 from .plan import Plan
-from .serving import ServingResult, WorkloadStats, _prefill, prefix_hit
+from .serving import ServingResult, WorkloadStats, _prefill, prefix_hit, tpot_spread
 
 RHO_GRID = np.linspace(0.01, 0.99, 99)
 """Prefill-worker utilizations tried (the admissible maximum is the largest meeting TTFT)."""
@@ -228,7 +228,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     shape = np.broadcast(r_d, t_d).shape
     live = np.ones(shape, dtype=bool) if live is None else np.broadcast_to(live, shape).copy()
     if slo.tpot_ms is not None:
-        live &= t_d / L <= slo.tpot_ms * 1e-3
+        live &= t_d / L * tpot_spread(plan, slo.percentile / 100.0) <= slo.tpot_ms * 1e-3
     idx = np.nonzero(live)
     flat = lambda a: np.broadcast_to(a, shape)[idx]  # noqa: E731  (live points as a 1-D axis)
     choice = DisaggChoice(shape)
@@ -253,7 +253,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     used = np.maximum(pw * choice.take("size") + dw * s_d, 1.0)
     # per decode-instance share of the system (tokens/s over the instance's size = per used accelerator)
     res = ServingResult(tokens_per_s=system * s_d / used, rate=value, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
-                        tpot_mean=tpot, tpot_p99=tpot, e2e_p99=ttft_p99 + stats.osl_p99 * tpot, step=cost,
+                        tpot_mean=tpot, tpot_p99=tpot * tpot_spread(plan, slo.percentile / 100.0),
+                        e2e_p99=ttft_p99 + stats.osl_p99 * tpot, step=cost,
                         prefill_share=np.zeros_like(t_d), shape=decode)
     choice.prefill_workers, choice.decode_workers = pw, dw
     choice.decode_size = np.broadcast_to(s_d, value.shape)

@@ -103,7 +103,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     (profiles without ``compute.exp_rate_tera_per_s`` have no such roof). Exponential-bound time
     counts as compute-bound. A GEMM's compute efficiency is the small-M knee (``gemm_m_half``) times
     the k-depth share n / (n + ``gemm_k_overhead_blocks``) of its n 128-byte k-blocks per rank
-    (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs.
+    (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs, which also
+    scales their weight-streaming efficiency (``moe_memory_fraction``, at most the dense
+    ``memory_fraction``).
     """
     hw = plan.hardware
     exp_rate = hw.compute.exp_rate
@@ -133,8 +135,14 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
                 if own is not None:  # the op's own efficiency field, where the profile sets it
                     ce = own * plan.kernel_efficiency
+            me = getattr(eff, op.memory_efficiency)
+            if op.kind == OpKind.GEMM and op.grouped and maturity != 1.0:
+                # a routed-expert kernel's maturity is its weight streaming as much as its MMA rate: at
+                # decode batch the grouped GEMM is memory-bound, so a newer backend that streams the
+                # experts closer to the dense kernels' rate shows there; never past the dense rate
+                me = min(me * maturity, max(eff.memory_fraction, me))
             t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
-                                          ce, getattr(eff, op.memory_efficiency), overlap)
+                                          ce, me, overlap)
             t1, tc, exp_bound = roofline.exp_roof(t1, tc, op.exps, exp_rate, eff.exp_fraction)
             t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t

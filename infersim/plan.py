@@ -48,6 +48,9 @@ class Serving:
     """Draft tokens verified per step (MTP / speculative decoding)."""
     draft_layers: float = 0.0
     """Decoder-layer equivalents run per step to produce the drafts (depth × MTP layers)."""
+    tokens_per_step_log_sd: float = 0.0
+    """Log-standard deviation across requests of a request's own mean accepted tokens per step
+    (0: every request accepts at the mean); sets the spread of per-request TPOT (``serving.tpot_spread``)."""
     prefix_share: float = 0.0
     """Fraction of input tokens that are a prefix shared with earlier requests (workload)."""
     kv_aware_efficiency: float = 0.0

@@ -73,7 +73,7 @@ from .graph import Layout, Shape
 from .plan import Plan, admission_period
 from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
-                      mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate)
+                      mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate, tpot_spread)
 from statistics import NormalDist
 
 FFT_MAX_COUNT = 48.0
@@ -615,6 +615,8 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
                        prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean)
+    res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, percentile / 100.0)
+    res.tpot_p50 = res.tpot_p50 * tpot_spread(plan, 0.5)
     res.shape, res.step = cache["decode"]
     return res
 

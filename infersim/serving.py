@@ -431,6 +431,7 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
     res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
+    res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, q)
     res.shape = decode
     return res
 
@@ -487,6 +488,19 @@ def decode_batch(batch, L, stats: WorkloadStats):
     of the B are in their prefill iteration and D decode (Little's law on the decode phase,
     D = λ·(OSL/L − 1)·E[iteration]; des.simulate_engine's ``decode_batch``)."""
     return np.asarray(batch, dtype=float) * np.maximum(1.0 - L / stats.osl_mean, 0.0)
+
+
+def tpot_spread(plan: Plan, q: float) -> float:
+    """Multiplier on a q-quantile of per-request TPOT from requests that accept drafts at different
+    rates: a request's mean tokens per step L_i is lognormal with mean L and log-sd s
+    (``plan.serving.tokens_per_step_log_sd``), its TPOT ∝ 1/L_i, so TPOT's q-quantile is
+    exp(s²/2 + z_q·s) times the one at L (1 without speculative decoding). A request's own
+    step-to-step acceptance noise averages out over its hundreds of steps; what is left is what
+    it asks for (reasoning text drafts better than code, say)."""
+    s = plan.serving.tokens_per_step_log_sd
+    if s <= 0.0:
+        return 1.0
+    return float(np.exp(0.5 * s * s + NormalDist().inv_cdf(q) * s))
 
 
 def request_rate(batch, t_d, s_mean, L, stats: WorkloadStats):

@@ -234,7 +234,7 @@ def test_round_waterfall_steps_end_at_the_target_round_and_price_engine_settings
     throughput by being forced on), and B's engine settings are a step of their own."""
     from infersim.ablation import round_waterfall
 
-    ab = round_waterfall("b200", None, "mlperf-deepseek-r1-server", 8, from_round="v5.1", to_round="v6.0")
+    ab = round_waterfall("b200", None, "mlperf-deepseek-r1-interactive", 8, from_round="v5.1", to_round="v6.0")
     steps = [r["step"] for r in ab.rows]
     assert any("engine settings" in s for s in steps)
     tps = [r["tokens_per_s_per_accelerator"] for r in ab.rows]
@@ -244,7 +244,11 @@ def test_round_waterfall_steps_end_at_the_target_round_and_price_engine_settings
         assert tps[i] >= tps[i - 1] * (1 - 1e-9), (steps[i], tps[i - 1], tps[i])
     from infersim.optimizations.presets import load_preset
 
-    own = api.predict(None, None, None, 8, inputs=api.load_inputs("b200", None, "mlperf-deepseek-r1-server"),
+    own = api.predict(None, None, None, 8, inputs=api.load_inputs("b200", None, "mlperf-deepseek-r1-interactive"),
                       preset=load_preset("v6.0"))  # round B predicted on its own, not through the waterfall
     assert tps[-2] == pytest.approx(own.metrics["tokens_per_s_per_accelerator"], rel=1e-9)
     assert tps[-1] == pytest.approx(tps[-2], rel=1e-9)
+    # Server: the v6.0 recipe runs neither MTP nor disaggregation, so they are skipped with that reason
+    server = round_waterfall("b200", None, "mlperf-deepseek-r1-server", 8, from_round="v5.1", to_round="v6.0")
+    assert not any(r["step"].startswith(("+ mtp", "+ disagg")) for r in server.rows)
+    assert all("recipe" in server.skipped[k] and "disable" in server.skipped[k] for k in ("mtp", "disagg"))

@@ -116,7 +116,16 @@ def test_leave_one_hardware_out_predicts_held_out_hardware_from_the_fleet_prior(
     for fold in block["folds"].values():
         assert fold["median_ape"] < 0.5 * fold["uncalibrated_median_ape"]
         assert fold["fit_rows"] == 4
-    assert "leave one hardware out" in accuracy.format_cv(cv)
+    # the row table behind the figures: every held-out row once, worst first, its error recomputable
+    table = block["held_out"]
+    assert len(table) == 8 and {r["hardware"] for r in table} == {"h100-sxm", "h200-sxm"}
+    errs = [abs(r["error_pct"]) for r in table]
+    assert errs == sorted(errs, reverse=True)
+    for r in table:
+        assert r["error_pct"] == pytest.approx(100 * (r["predicted_tokens_per_s"] / r["published_tokens_per_s"] - 1))
+    assert sorted(errs)[len(errs) // 2 - 1] <= block["median_ape"] <= sorted(errs)[len(errs) // 2]
+    text = accuracy.format_cv(cv)
+    assert "leave one hardware out" in text and "worst held-out rows (of 8)" in text
 
 
 def test_round_chain_composes_monotone_values_and_its_sparsity():
@@ -314,6 +323,33 @@ def test_transfer_prior_scales_the_hardwares_own_default():
     a100 = catalog.load("hardware", "a100-sxm").efficiency
     assert prior["compute_fraction"] == pytest.approx(a100.compute_fraction * 0.5, rel=1e-3)
     assert prior["step_overhead_ms"] == pytest.approx(2.0)  # not a fraction: the fleet median itself
+
+
+def test_transfer_prior_takes_a_die_siblings_kernel_efficiencies():
+    # b300 and gb300-nvl72 carry one die (gb300's kernels_as b300): held out either way, a profile gets
+    # its fitted sibling's kernel efficiencies, not the fleet ratio; the step overhead (the system's CPU)
+    # stays the fleet median; a profile of another die keeps the fleet rule
+    fitted = {"gb300-nvl72": {"compute_fraction": 0.35, "moe_memory_fraction": 0.2, "step_overhead_ms": 0.3},
+              "h100-sxm": {"compute_fraction": 0.8, "moe_memory_fraction": 0.7, "step_overhead_ms": 3.7}}
+    defaults = {"gb300-nvl72.compute_fraction": 0.78, "gb300-nvl72.moe_memory_fraction": 0.8,
+                "gb300-nvl72.step_overhead_ms": 0.5, "h100-sxm.compute_fraction": 0.803,
+                "h100-sxm.moe_memory_fraction": 0.8, "h100-sxm.step_overhead_ms": 0.5}
+    result = accuracy.CalibrationResult(
+        hardware=fitted, presets={}, initial=dict(defaults), defaults=defaults, parameters=sorted(defaults),
+        skipped={}, reference_round=None, rows=0, excluded=[], before={}, after={"median_ape": 1.0}, by_owner={},
+        row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0, predictions=0, message="")
+    b300 = accuracy.transfer_prior(result, "b300")
+    assert b300["compute_fraction"] == 0.35 and b300["moe_memory_fraction"] == 0.2
+    assert b300["step_overhead_ms"] == pytest.approx(2.0)  # median of 0.3 and 3.7
+    del fitted["gb300-nvl72"]
+    fitted["b300"] = {"compute_fraction": 0.4, "moe_memory_fraction": 0.25, "step_overhead_ms": 5.0}
+    defaults.update({"b300.compute_fraction": 0.78, "b300.moe_memory_fraction": 0.8, "b300.step_overhead_ms": 0.5})
+    gb300 = accuracy.transfer_prior(result, "gb300-nvl72")
+    assert gb300["compute_fraction"] == 0.4 and gb300["moe_memory_fraction"] == 0.25
+    a100 = accuracy.transfer_prior(result, "a100-sxm")  # no sibling: the fleet ratio of its own default
+    ratio = float(np.median([0.4 / 0.78, 0.8 / 0.803]))
+    assert a100["compute_fraction"] == pytest.approx(catalog.load("hardware", "a100-sxm").efficiency.compute_fraction * ratio,
+                                                     rel=1e-3)
 
 
 # ---- scope, safety, round order, findings, folds ---------------------------------------------

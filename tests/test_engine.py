@@ -405,3 +405,28 @@ def test_routed_experts_stream_at_moe_memory_fraction_and_nothing_else_does():
         assert info[name][1] == "memory" and slow[name] == pytest.approx(2 * fast[name], rel=1e-12)
     assert {k: v for k, v in slow.items() if not k.startswith("experts_")} == \
         {k: v for k, v in fast.items() if not k.startswith("experts_")}
+
+
+def test_moe_maturity_scales_the_experts_weight_stream_up_to_the_dense_rate():
+    """The round's MoE maturity speeds the routed experts' weight stream as well as their MMAs: at batch 1
+    (memory-bound) maturity m divides their time by m while moe_memory_fraction·m stays below the dense
+    memory_fraction, and by at most memory_fraction / moe_memory_fraction beyond it; every other op keeps
+    its time bit for bit, and maturity 1 is the plain moe_memory_fraction."""
+    hw = _with_efficiency(B200_NO_EXP, moe_memory_fraction=0.2, memory_fraction=0.8)
+    plan = Plan(hardware=hw, model=S.model("deepseek-r1"), formats=Formats("fp8", "fp8", "fp8"))
+    shape = Shape(decode_seqs=1, decode_ctx=1024)
+
+    def cost(m):
+        c = step_cost(replace(plan, moe_kernel_efficiency=m), Layout(tp=8, ep=8), shape, detail=True)
+        return {k: float(t) for k, t in c.by_op.items()}, c.op_info
+
+    base, info = cost(1.0)
+    x15, _ = cost(1.5)
+    x9, _ = cost(9.0)  # 0.2 x 9 = 1.8: capped at the dense 0.8, a 4x faster stream
+    for name in ("experts_gate_up", "experts_down"):
+        assert info[name][1] == "memory"
+        assert x15[name] == pytest.approx(base[name] / 1.5, rel=1e-12)
+        assert x9[name] == pytest.approx(base[name] / 4.0, rel=1e-12)
+    others = {k: v for k, v in base.items() if not k.startswith("experts_")}
+    assert others == {k: v for k, v in x15.items() if not k.startswith("experts_")}
+    assert others == {k: v for k, v in x9.items() if not k.startswith("experts_")}

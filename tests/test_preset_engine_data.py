@@ -65,17 +65,27 @@ def test_deepseek_offline_engine_is_the_hardware_runs_own(version, hw, gb):
 
 def test_deepseek_server_and_interactive_keep_the_model_recipe_where_runs_split():
     """v6.0 B200 Server runs split (Dell/Google 512/3456, Nebius 640/4608): B200 keeps the model's
-    GB300 recipe outside Offline; GB200's Server runs agree (3 of 3 at 512/3456, graphs to 512, the
-    v5.1 WIDEEP recipe) and its ``server`` block does not reach Interactive."""
+    GB300 recipe in Server; GB200's Server runs agree (3 of 3 at 512/3456, graphs to 512, the
+    v5.1 WIDEEP recipe) and its ``server`` block does not reach Interactive, whose runs cap 128
+    sequences per rank (aggregated and GB300 decode workers) and 64 (GB200 decode workers)."""
     p = load_preset("v6.0")
-    for kind in ("server", "interactive"):
-        e = p.engine_for("deepseek-r1", kind, "b200")
-        assert (e.max_batch_size, e.max_num_tokens) == (640, 4608), kind
+    e = p.engine_for("deepseek-r1", "server", "b200")
+    assert (e.max_batch_size, e.max_num_tokens) == (640, 4608)
     gb = p.engine_for("deepseek-r1", "server", "gb200-nvl72")
     assert (gb.max_batch_size, gb.max_num_tokens) == _most_common("v6.0", "deepseek-r1", "Server", "GB200") == (512, 3456)
     assert gb.graph_max == 512.0
-    inter = p.engine_for("deepseek-r1", "interactive", "gb200-nvl72")
-    assert (inter.max_batch_size, inter.max_num_tokens) == (640, 4608)
+    caps = {}
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if (r["version"], r["benchmark"], r["scenario"]) == ("v6.0", "deepseek-r1", "Interactive"):
+                caps[r["system"]] = int(float(r["max_batch_size"] or r["disagg_decode_max_batch_size"]))
+    hw_of = {"G894-SD3-AAX7_B300-SXM-270GBx8_TRT": "b300", "GB200-NVL72_GB200-186GB_aarch64x72_TRT": "gb200-nvl72",
+             "GB300-NVL72_GB300-288GB_aarch64x72_TRT": "gb300-nvl72"}
+    assert set(caps) == set(hw_of)
+    for system, cap in caps.items():
+        inter = p.engine_for("deepseek-r1", "interactive", hw_of[system])
+        assert inter.max_batch_size == cap, system
+    assert p.engine_for("deepseek-r1", "interactive", "b200").max_batch_size == 128  # the B200 x8 config (1d)
     assert p.engine_for("deepseek-r1", "offline", "gb300-nvl72").max_batch_size == 1536
 
 
@@ -180,3 +190,57 @@ def test_reports_say_which_iterations_replay_a_graph():
     assert eager.config["cuda_graphs"].startswith("none")
     captured = api.predict("b200", "llama3.1-8b", "mlperf-llama3.1-8b-server", 8, round="v5.1")
     assert captured.config["cuda_graphs"].startswith("decode-only") and "eagerly" in captured.config["cuda_graphs"]
+
+
+@pytest.mark.parametrize("scenario", ["Server", "Offline", "Interactive"])
+def test_v60_deepseek_r1_runs_mtp_and_disaggregation_only_where_its_runs_did(scenario):
+    """The v6.0 DeepSeek-R1 recipes offer MTP and disaggregation (preset ``choices``) only in the scenario
+    whose runs used them: every Server and Offline run was aggregated without speculative decoding,
+    every Interactive run used MTP 3 (columns serving_mode, speculative_decoding)."""
+    with open(SETTINGS, encoding="utf-8") as f:
+        runs = [r for r in csv.DictReader(f)
+                if (r["version"], r["benchmark"], r["scenario"]) == ("v6.0", "deepseek-r1", scenario)]
+    assert runs
+    spec = {r["speculative_decoding"] for r in runs}
+    disagg = {r["serving_mode"].startswith("disaggregated") for r in runs}
+    p = load_preset("v6.0")
+    assert {"mtp", "disagg"} <= {c["kind"] for c in p.choices}
+    for hw in ("b200", "b300", "gb200-nvl72", "gb300-nvl72"):
+        off = set(p.recipe_for("deepseek-r1", scenario.lower(), hw).disable)
+        assert ("mtp" in off) == (spec == {""}), (hw, spec)
+        if disagg == {False}:  # where some runs were disaggregated, see the next test
+            assert "disagg" in off, hw
+
+
+def test_v60_deepseek_r1_server_capacity_runs_the_aggregated_recipe_without_mtp():
+    from infersim.api import predict
+
+    p = predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server", 72, round="v6.0")
+    assert p.feasible and not p.config["disaggregated"] and p.config["mtp_depth"] == 0
+    assert "mtp" not in p.config["optimizations"]
+
+
+def test_v60_disaggregation_is_a_choice_only_where_its_runs_disaggregated():
+    """Only NVIDIA's GB200 / GB300 NVL72 x72 runs were disaggregated (column serving_mode): the v6.0
+    recipes offer disagg for those models and scenarios on those racks and nowhere else."""
+    bench = {"llama2-70b-99": "llama2-70b", "llama2-70b-99.9": "llama2-70b", "llama3.1-405b": "llama3.1-405b",
+             "deepseek-r1": "deepseek-r1", "gpt-oss-120b": "gpt-oss-120b", "llama3.1-8b": "llama3.1-8b",
+             "mixtral-8x7b": "mixtral-8x7b", "qwen3-vl-235b-a22b": "qwen3-vl-235b-a22b"}
+    rack = {"GB200-NVL72": "gb200-nvl72", "GB300-NVL72": "gb300-nvl72"}
+    disagg, seen = set(), set()
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if r["version"] != "v6.0" or r["benchmark"] not in bench:
+                continue
+            key = (bench[r["benchmark"]], r["scenario"].lower())
+            seen.add(key)
+            if r["serving_mode"].startswith("disaggregated"):
+                hw = next(h for prefix, h in rack.items() if r["system"].startswith(prefix))
+                assert int(r["total_accelerators"]) == 72, r["system"]
+                disagg.add((*key, hw))
+    assert len(disagg) == 12  # llama2-70b and 405B Server + Interactive, DeepSeek-R1 and gpt-oss Interactive, on both racks
+    p = load_preset("v6.0")
+    for model, kind in seen:
+        for hw in ("b200", "b300", "h200-sxm", "mi300x", "gb200-nvl72", "gb300-nvl72"):
+            allowed = "disagg" not in p.recipe_for(model, kind, hw).disable
+            assert allowed == ((model, kind, hw) in disagg), (model, kind, hw)

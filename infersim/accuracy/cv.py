@@ -4,7 +4,8 @@ Three fold kinds: leave one round out, leave one hardware out and leave one mode
 fold fits the parameters on the other rows, starting from the documented defaults (so no fold
 starts from values fitted on its own test rows), and predicts the held-out frontier rows:
 
-- a hardware the fold did not fit gets the fleet prior (``transfer_prior``), as new hardware would;
+- a hardware the fold did not fit gets the fleet prior (``transfer_prior``), as new hardware would,
+  or, where a fitted profile carries its GPU die (``kernels_as``), that profile's kernel efficiencies;
 - a round the fold did not fit gets the geometric mean of its nearest fitted older and newer
   rounds' factors (one neighbour only: that neighbour's factors), which keeps the round order.
 
@@ -24,7 +25,7 @@ import numpy as np
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
 from .fit import DEFAULT_PARAMETERS, FitRow, _vals, calibrate, fit_rows, hardware_defaults, round_defaults, round_sig
-from .params import HARDWARE_RANGES, ROUND_FACTORS
+from .params import HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
 from .runner import Runner, runner_for
@@ -39,22 +40,47 @@ SCALE_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction",
 """Fractions transferred as ratios to each hardware's own documented default; the others as values."""
 
 
+def _die(run: Runner, hw_id: str) -> str:
+    """The profile at the end of ``hw_id``'s ``kernels_as`` chain (itself where it names none)."""
+    from ..specs import catalog
+
+    seen = {hw_id}
+    while (k := run.base_hardware(hw_id).efficiency.kernels_as) is not None:
+        k = catalog.profile_id("hardware", k)
+        if k in seen:
+            break
+        seen.add(k)
+        hw_id = k
+    return hw_id
+
+
 def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None = None) -> dict[str, float]:
-    """Efficiencies for hardware the fit did not cover: the fleet's calibrated-to-default ratio.
+    """Efficiencies for hardware the fit did not cover: its die sibling's kernel efficiencies where
+    a fitted profile carries the same GPU die, else the fleet's calibrated-to-default ratio.
 
     Notes
     -----
-    For a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over the fitted
-    hardware h, where p_default is the documented (spec-sheet) default, never a fitted value;
-    clipped to the parameter's range. Other parameters (small-GEMM knee, step overhead) take
+    Same die (``kernels_as``, in either direction, e.g. B300 and GB300 NVL72): the kernel
+    efficiencies (``params.KERNEL_PARAMETERS``, fractions of the die's own peaks) are the fitted
+    sibling's, the median where several are fitted, as calibrate would tie them; the per-step
+    host cost is the system's CPU, not the die's, and takes the fleet's.
+    Otherwise, for a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over
+    the fitted hardware h, where p_default is the documented (spec-sheet) default, never a fitted
+    value; clipped to the parameter's range. Other parameters (small-GEMM knee, step overhead) take
     the fleet median. Leave-one-hardware-out CV predicts the held-out hardware with this rule.
     """
+    run = runner or Runner(result.presets_dir)
     names = sorted({n for v in result.hardware.values() for n in v})
-    default = hardware_defaults(runner or Runner(result.presets_dir), hw_id, names)
+    default = hardware_defaults(run, hw_id, names)
+    die = _die(run, hw_id)
+    siblings = [h for h in result.hardware if h != hw_id and _die(run, h) == die]
     out = {}
     for name in names:
         fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
-        if name in SCALE_PARAMETERS:
+        same_die = [v for h, v in fitted if h in siblings]
+        if same_die and name in KERNEL_PARAMETERS:
+            value = float(np.median(same_die))
+        elif name in SCALE_PARAMETERS:
             ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted if result.defaults.get(f"{h}.{name}")]
             value = default[name] * float(np.median(ratios))
         else:
@@ -102,6 +128,19 @@ def _fold_stats(items: list[dict[str, Any]]) -> dict[str, Any]:
             "uncalibrated_median_ape": bmed, "uncalibrated_p90_ape": bp90}
 
 
+def _row_table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each held-out row's prediction, for the error table behind a fold's figures (worst first)."""
+    out = []
+    for i in items:
+        r = i["row"]
+        err = None if i["predicted"] is None else 100 * (i["predicted"] / r.tokens_per_s - 1)
+        out.append({"version": r.version, "hardware": r.hardware, "model": r.model, "scenario": r.scenario,
+                    "accelerators": r.accelerators, "system": r.columns.get("system", ""), "line": r.line,
+                    "published_tokens_per_s": r.tokens_per_s, "predicted_tokens_per_s": i["predicted"],
+                    "error_pct": err, "reason": i["reason"]})
+    return sorted(out, key=lambda x: -abs(x["error_pct"]) if x["error_pct"] is not None else -math.inf)
+
+
 def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
                    folds: Sequence[str] = FOLD_KINDS, fit_rounds: bool = True, min_rows: int = 3, max_nfev: int = 8,
                    progress: Progress | None = None, workers: int | None = None,
@@ -123,7 +162,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     dict with ``leave_one_round_out``, ``leave_one_hardware_out`` and/or
     ``leave_one_model_out``, each with pooled ``rows, n_failed, median_ape, p90_ape`` over all
     held-out frontier rows (and ``uncalibrated_*`` at the documented defaults), ``folds`` (per
-    held-out value), ``max_nfev`` and ``seconds``. A hardware with fewer than ``min_rows``
+    held-out value), ``max_nfev``, ``seconds`` and ``held_out`` (each held-out row's published and
+    predicted tokens/s and signed error, worst first). A hardware with fewer than ``min_rows``
     frontier rows is not held out on its own.
     """
     for kind in folds:
@@ -162,12 +202,12 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
             out[f"leave_one_{kind}_out"] = {**_fold_stats(pooled), "folds": fold_out, "max_nfev": max_nfev,
-                                           "seconds": time.perf_counter() - t0}
+                                           "seconds": time.perf_counter() - t0, "held_out": _row_table(pooled)}
         return out
 
 
-def format_cv(cv: dict[str, Any]) -> str:
-    """A plain-text table of cross-validation results."""
+def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
+    """A plain-text table of cross-validation results, with each fold kind's ``worst_rows`` worst held-out rows."""
     f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
     lines = []
     for kind, block in cv.items():
@@ -179,6 +219,12 @@ def format_cv(cv: dict[str, Any]) -> str:
                          f"{f(s['uncalibrated_median_ape']):>20}")
         lines.append(f"  {'pooled':<16}{block['rows']:>6}{f(block['median_ape']):>14}{f(block['p90_ape']):>11}"
                      f"{f(block['uncalibrated_median_ape']):>20}")
+        worst = [r for r in block.get("held_out", []) if r["error_pct"] is not None][:worst_rows]
+        if worst:
+            lines.append(f"  worst held-out rows (of {len(block['held_out'])}):")
+            lines += [f"    {r['error_pct']:+7.1f} %  {r['version']} {r['hardware']} x{r['accelerators']} {r['model']} "
+                      f"{r['scenario']}  ({r['predicted_tokens_per_s']:,.0f} vs {r['published_tokens_per_s']:,.0f} tokens/s)"
+                      for r in worst]
     return "\n".join(lines)
 
 

@@ -6,6 +6,8 @@ verification cost grows with batch) and ``plan.serving.draft_layers`` (depth seq
 the MTP module, each one decoder layer plus the LM head, on one token per sequence).
 Model: L(d) = 1 + Σ_{k≤d} Π_{i≤k} p_i, with p_i = first·decay^(i−1) unless a list is given.
 Neutral: ``enabled: false`` or depth 0.
+Per-request spread: requests accept at different rates (log-sd ``request_log_sd`` of a request's
+mean tokens per step), which widens the per-request TPOT tail (``serving.tpot_spread``).
 Source: shared/reference/effects.md section 1 (DeepSeek-V3 MTP 85-90 % second-token acceptance;
 TRT-LLM blog 1: L = 1.92, 2.58, 2.82 for d = 1..3; best d = 3).
 """
@@ -66,6 +68,14 @@ class MultiTokenPrediction(Transform):
     """Explicit per-position conditional acceptances (overrides first/decay; length ≥ depth)."""
     layers_per_draft: float = Field(default=1.0, ge=0)
     """Decoder-layer equivalents per draft pass (DeepSeek MTP module: 1)."""
+    request_log_sd: float = Field(default=0.070, ge=0, le=1)
+    """Log-standard deviation across requests of a request's own mean accepted tokens per step, which
+    spreads per-request TPOT (``serving.tpot_spread``). 0.070 = ln(1.226 / 1.041) / 2.326: the
+    MLPerf v6.0 DeepSeek-R1 Interactive runs (MTP 3; all three) have a median TPOT p99/p50 of 1.226
+    (1.224, 1.226, 1.303) where the 26 v5.1/v6.0 Server runs, without MTP, have 1.041
+    (shared/reference/mlperf_operating_points.csv columns tpot_p50_ms, tpot_p99_ms); two of the
+    three are disaggregated decode workers, which no prompt interrupts, so the extra spread is the
+    requests' own acceptance."""
 
     @model_validator(mode="after")
     def _check(self):
@@ -93,6 +103,7 @@ class MultiTokenPrediction(Transform):
         if self.depth == 0:
             return plan
         serving = replace(plan.serving, tokens_per_step=expected_tokens(self.probabilities()),
-                          draft_depth=self.depth, draft_layers=self.depth * self.layers_per_draft)
+                          draft_depth=self.depth, draft_layers=self.depth * self.layers_per_draft,
+                          tokens_per_step_log_sd=self.request_log_sd)
         extras = plan.step_extras + ((("mtp_draft", draft_ops),) if self.layers_per_draft > 0 else ())
         return replace(plan, serving=serving, step_extras=extras)

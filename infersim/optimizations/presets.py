@@ -182,7 +182,8 @@ class PresetSpec(Spec):
     kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
     """Multiplier on the hardware's compute and attention efficiencies (software maturity)."""
     moe_kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
-    """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's maturity."""
+    """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's maturity, on
+    both its MMA rate and its weight stream (``moe_memory_fraction``, at most ``memory_fraction``)."""
     host_overhead_scale: float = Field(default=1.0, ge=0, le=10)
     """Multiplier on the hardware's per-step host overhead."""
     moe_backend: MoeBackend | None = None
