@@ -65,10 +65,17 @@ def selection(query: Query) -> opt.Selection:
     the user enables it."""
     sw, inputs = query.software, query.inputs
     recipe = sw.preset.recipe_for(inputs.model_id, getattr(inputs.scenario, "kind", "offline"), inputs.hardware_id)
-    disable = tuple(sw.disable) + tuple(k for k in recipe.disable if k not in sw.enable and k not in sw.disable)
-    return opt.select(context(inputs), applied=sw.preset.optimizations, offered=sw.preset.choices,
-                      scenario=[e.model_dump() for e in inputs.scenario.optimizations],
-                      enable=sw.enable, disable=disable, params=sw.params)
+    by_recipe = tuple(k for k in recipe.disable if k not in sw.enable and k not in sw.disable)
+    sel = opt.select(context(inputs), applied=sw.preset.optimizations, offered=sw.preset.choices,
+                     scenario=[e.model_dump() for e in inputs.scenario.optimizations],
+                     enable=sw.enable, disable=tuple(sw.disable) + by_recipe, params=sw.params)
+    offered = {e["kind"] for e in list(sw.preset.optimizations) + list(sw.preset.choices)}
+    kind = getattr(inputs.scenario, "kind", "offline")
+    for k in by_recipe:  # say why a lever of the round is off: the recipe, not the search
+        if k in offered:
+            sel.skipped[k] = (f"the {sw.round} recipe for {inputs.model_id} {kind} on {inputs.hardware_id} does not run it "
+                              f"(--enable {k} forces it)")
+    return sel
 
 
 def evaluate(query: Query, *, fit_only: bool = False) -> list[Result]:
@@ -119,6 +126,7 @@ class Prediction:
         d["samples_per_s"] = m.get("requests_per_s")  # MLPerf's sample = one request (Qwen3-VL's metric)
         d["config"] = self.config
         d["breakdown"] = self.breakdown
+        d["skipped"] = dict(self.skipped)  # optimizations of the round left off, with the reason
         return d
 
 

@@ -72,6 +72,8 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
         conf.append(("CUDA graphs", c["cuda_graphs"]))
     if c.get("mtp_depth"):
         conf.append(("MTP", f"depth {c['mtp_depth']}, {c['tokens_per_step']:.2f} tokens per step"))
+    for kind, why in (d.get("skipped") or {}).items():
+        conf.append((f"not used: {kind}", why))
     b = d["breakdown"]
     step = b["step_s"]
     bt = Table(title=f"decode step {step * 1e3:.2f} ms — bound: {b['bound']}", title_justify="left")

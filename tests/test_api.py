@@ -252,3 +252,24 @@ def test_round_waterfall_steps_end_at_the_target_round_and_price_engine_settings
     server = round_waterfall("b200", None, "mlperf-deepseek-r1-server", 8, from_round="v5.1", to_round="v6.0")
     assert not any(r["step"].startswith(("+ mtp", "+ disagg")) for r in server.rows)
     assert all("recipe" in server.skipped[k] and "disable" in server.skipped[k] for k in ("mtp", "disagg"))
+
+
+def test_prediction_says_which_levers_of_the_round_it_left_off_and_why():
+    """A lever the round offers but the recipe does not run is reported with that reason (JSON
+    ``skipped``, the report's "not used" rows); forcing it on removes it from the list."""
+    p = api.predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server", 72, round="v6.0")
+    d = p.to_dict()
+    for k in ("mtp", "disagg"):
+        assert "recipe" in d["skipped"][k] and f"--enable {k}" in d["skipped"][k]
+    assert "prefixes" in d["skipped"]["kv_routing"]  # a lever that cannot act keeps its own reason
+    forced = api.predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-server", 72, round="v6.0", enable=["mtp"])
+    assert "mtp" not in forced.to_dict()["skipped"] and forced.config["mtp_depth"] > 0
+    from rich.console import Console
+
+    from infersim.report import prediction_tables
+
+    console = Console(record=True, width=200)
+    for t in prediction_tables(d):
+        console.print(t)
+    text = console.export_text()
+    assert "not used: mtp" in text and "not used: disagg" in text and "does not run it" in text
