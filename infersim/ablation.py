@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import optimizations as opt
-from .api import Inputs, Prediction, context, load_inputs, predict
+from .api import Inputs, Prediction, context, load_inputs, predict, recipe_off_reason
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
 
 ORDER = tuple(sorted(opt.REGISTRY, key=lambda k: opt.REGISTRY[k].rank))
@@ -126,12 +126,10 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
     pa, pb = _levers(a, inputs, skipped), _levers(b, inputs, skipped)
     # a lever round B offers that B's recipe for this model, scenario and system does not run (its
     # engine block's ``disable``) would only add a flat step: it is listed as skipped instead
-    kind = getattr(inputs.scenario, "kind", "offline")
-    for k in b.recipe_for(inputs.model_id, kind, inputs.hardware_id).disable:
+    for k in b.recipe_for(inputs.model_id, getattr(inputs.scenario, "kind", "offline"), inputs.hardware_id).disable:
         if k in pb and k not in pa:
             del pb[k]
-            skipped[k] = (f"the {resolve_round(to_round)} recipe for {inputs.model_id} {kind} on {inputs.hardware_id} "
-                          f"does not run it (preset engine block 'disable'; --enable {k} forces it in run)")
+            skipped[k] = recipe_off_reason(resolve_round(to_round), inputs, k)
     on_a = tuple(k for k in ORDER if k in pa)
     at = lambda preset: predict(None, None, None, accelerators, inputs=inputs, preset=preset)  # noqa: E731
     steps = [Step(f"{resolve_round(from_round)} software", on_a, at(a))]

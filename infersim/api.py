@@ -70,12 +70,18 @@ def selection(query: Query) -> opt.Selection:
                      scenario=[e.model_dump() for e in inputs.scenario.optimizations],
                      enable=sw.enable, disable=tuple(sw.disable) + by_recipe, params=sw.params)
     offered = {e["kind"] for e in list(sw.preset.optimizations) + list(sw.preset.choices)}
-    kind = getattr(inputs.scenario, "kind", "offline")
     for k in by_recipe:  # say why a lever of the round is off: the recipe, not the search
         if k in offered:
-            sel.skipped[k] = (f"the {sw.round} recipe for {inputs.model_id} {kind} on {inputs.hardware_id} does not run it "
-                              f"(--enable {k} forces it)")
+            sel.skipped[k] = recipe_off_reason(sw.round, inputs, k)
     return sel
+
+
+def recipe_off_reason(round_name: str, inputs: Inputs, kind: str) -> str:
+    """Why optimization ``kind`` of round ``round_name`` is off for ``inputs``: the round's recipe for
+    that model, scenario and hardware does not run it (engine block ``disable``)."""
+    scenario = getattr(inputs.scenario, "kind", "offline")
+    return (f"the {round_name} recipe for {inputs.model_id} {scenario} on {inputs.hardware_id} does not run it "
+            f"(engine block 'disable'; --enable {kind} forces it)")
 
 
 def evaluate(query: Query, *, fit_only: bool = False) -> list[Result]:

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
-from .fit import DEFAULT_PARAMETERS, FitRow, _vals, calibrate, fit_rows, hardware_defaults, round_defaults, round_sig
+from .fit import (DEFAULT_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults, round_defaults,
+                  round_sig)
 from .params import HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
@@ -38,20 +39,6 @@ _FOLD_FIELD = {"round": "version", "hardware": "hardware", "model": "model"}
 
 SCALE_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction")
 """Fractions transferred as ratios to each hardware's own documented default; the others as values."""
-
-
-def _die(run: Runner, hw_id: str) -> str:
-    """The profile at the end of ``hw_id``'s ``kernels_as`` chain (itself where it names none)."""
-    from ..specs import catalog
-
-    seen = {hw_id}
-    while (k := run.base_hardware(hw_id).efficiency.kernels_as) is not None:
-        k = catalog.profile_id("hardware", k)
-        if k in seen:
-            break
-        seen.add(k)
-        hw_id = k
-    return hw_id
 
 
 def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None = None) -> dict[str, float]:
@@ -72,8 +59,8 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     run = runner or Runner(result.presets_dir)
     names = sorted({n for v in result.hardware.values() for n in v})
     default = hardware_defaults(run, hw_id, names)
-    die = _die(run, hw_id)
-    siblings = [h for h in result.hardware if h != hw_id and _die(run, h) == die]
+    die = die_root(run, hw_id)
+    siblings = [h for h in result.hardware if h != hw_id and die_root(run, h) == die]
     out = {}
     for name in names:
         fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]

@@ -164,30 +164,38 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
 
 
-def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """{profile: profile whose kernel efficiencies it takes} among ``hw_ids`` (``kernels_as``,
-    followed to the end of a chain), and notes for a sibling outside the fit.
+def die_root(runner: Runner, h: str) -> str:
+    """The profile at the end of ``h``'s ``kernels_as`` chain (``h`` itself where it names none).
 
     Raises SpecError when ``kernels_as`` names no hardware profile or forms a cycle."""
     from ..specs import catalog
 
-    def sibling(h: str) -> str | None:
-        k = runner.base_hardware(h).efficiency.kernels_as
+    def sibling(g: str) -> str | None:
+        k = runner.base_hardware(g).efficiency.kernels_as
         if k is None:
             return None
         try:
             return catalog.profile_id("hardware", k)
         except SpecError as e:
-            raise SpecError(f"{h}: efficiency.kernels_as '{k}' is not a hardware profile ({e})") from None
+            raise SpecError(f"{g}: efficiency.kernels_as '{k}' is not a hardware profile ({e})") from None
 
+    root, seen = h, {h}
+    while (k := sibling(root)) is not None and k != root:
+        if k in seen:
+            raise SpecError(f"{h}: efficiency.kernels_as forms a cycle ({' -> '.join(sorted(seen))})")
+        seen.add(k)
+        root = k
+    return root
+
+
+def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """{profile: profile whose kernel efficiencies it takes} among ``hw_ids`` (``kernels_as``,
+    followed to the end of a chain, ``die_root``), and notes for a sibling outside the fit.
+
+    Raises SpecError when ``kernels_as`` names no hardware profile or forms a cycle."""
     share, notes = {}, []
     for h in hw_ids:
-        root, seen = h, {h}
-        while (k := sibling(root)) is not None and k != root:
-            if k in seen:
-                raise SpecError(f"{h}: efficiency.kernels_as forms a cycle ({' -> '.join(sorted(seen))})")
-            seen.add(k)
-            root = k
+        root = die_root(runner, h)
         if root == h:
             continue
         if root in hw_ids:
