@@ -194,3 +194,52 @@ def test_the_models_occupancy_at_a_rate_is_the_steady_point_of_its_own_tpot(hw, 
     occ, tpot_ms = steady_point({"scheduled_samples_per_s": str(qps), "tpot_p50_ms": str(1e3 * m["tpot_p50_s"]),
                                  "tokens_per_sample": str(stats.osl_mean)})
     assert occ == pytest.approx(m["occupancy"], rel=1e-3), occ / m["occupancy"]
+
+
+def test_limit_share_is_the_tighter_p99_over_its_limit():
+    from infersim.accuracy.oppoints import limit_share
+
+    assert limit_share({"ttft_p99_over_limit": "0.4", "tpot_p99_over_limit": "0.9"}) == pytest.approx(0.9)
+    # computed from the ms columns where LoadGen's ratio is missing
+    assert limit_share({"ttft_p99_ms": "1500", "ttft_limit_ms": "2000", "tpot_p99_ms": "20",
+                        "tpot_limit_ms": "100"}) == pytest.approx(0.75)
+    assert limit_share({"ttft_p99_ms": "1500"}) is None  # no limit recorded: no share
+
+
+def test_load_class_splits_runs_at_their_limit_from_underdriven_ones():
+    from infersim.accuracy.oppoints import AT_LIMIT_SHARE, load_class
+
+    shares = {("v5.1", "S", "SYS", "llama2-70b", "server"): AT_LIMIT_SHARE,
+              ("v5.1", "S", "SYS", "llama2-70b", "interactive"): AT_LIMIT_SHARE - 0.01}
+    assert load_class("v5.1", "S", "SYS", "llama2-70b", "Server", shares) == ("at_limit", AT_LIMIT_SHARE)
+    assert load_class("v5.1", "S", "SYS", "llama2-70b", "interactive", shares)[0] == "below_limit"
+    assert load_class("v5.1", "S", "SYS", "llama2-70b", "offline", shares) == ("no_record", None)
+    assert load_class("v5.1", "Other", "SYS", "llama2-70b", "server", shares)[0] == "no_record"
+
+
+def test_bundled_load_classes_match_the_runs_latency():
+    """A bundled v5.1 run that ended far below its limits (Dell's B200 Llama-3.1-8B Server, TTFT p99
+    0.88 s of 2 s) is below its limits; the v5.1 GB300 x72 DeepSeek-R1 Server run (p99 TTFT 1.94 s
+    of 2 s, issue 10) at its limit; Offline has no record."""
+    from infersim.accuracy.oppoints import load_class
+
+    assert load_class("v5.1", "Dell", "XE9680L_B200_SXM_180GBx8_TRT", "llama3.1-8b", "server")[0] == "below_limit"
+    cls, share = load_class("v5.1", "NVIDIA", "GB300-NVL72_GB300-288GB_aarch64x72_TRT", "deepseek-r1", "server")
+    assert cls == "at_limit" and share == pytest.approx(0.97, abs=0.03)
+    assert load_class("v5.1", "Dell", "XE9680L_B200_SXM_180GBx8_TRT", "llama3.1-8b", "offline")[0] == "no_record"
+
+
+def test_validation_splits_the_frontier_by_load():
+    from infersim.accuracy.summary import load_split
+
+    split = load_split([("at_limit", 100.0, 110.0), ("at_limit", 100.0, 95.0), ("below_limit", 100.0, 130.0),
+                        ("below_limit", 100.0, None), ("no_record", 50.0, 40.0)])
+    assert split["at_limit"]["rows"] == 2 and split["at_limit"]["median_ape"] == pytest.approx(7.5)
+    assert split["at_limit"]["share_predicted_at_or_above"] == pytest.approx(0.5)
+    assert split["below_limit"]["rows"] == 2 and split["below_limit"]["median_signed_error_pct"] == pytest.approx(30.0)
+    assert split["no_record"]["median_signed_error_pct"] == pytest.approx(-20.0)
+    report = accuracy.validate(accuracy.bundled_data())
+    s = report.summary["by_load"]
+    assert sum(t["rows"] for t in s.values()) == report.summary["frontier_rows"]
+    assert s["at_limit"]["rows"] > 20 and s["below_limit"]["rows"] > 10
+    assert "at its limit" in report.to_table()

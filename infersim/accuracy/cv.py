@@ -30,7 +30,8 @@ from .params import HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
 from .runner import Runner, runner_for
-from .summary import stats
+from .oppoints import load_class
+from .summary import load_split, load_split_lines, stats
 
 FOLD_KINDS: tuple[str, ...] = ("round", "hardware", "model")
 """Fold kinds: the row field held out."""
@@ -121,10 +122,13 @@ def _row_table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for i in items:
         r = i["row"]
         err = None if i["predicted"] is None else 100 * (i["predicted"] / r.tokens_per_s - 1)
+        load, share = load_class(r.version, r.columns.get("submitter", ""), r.columns.get("system", ""), r.model,
+                                 r.scenario)
         out.append({"version": r.version, "hardware": r.hardware, "model": r.model, "scenario": r.scenario,
-                    "accelerators": r.accelerators, "system": r.columns.get("system", ""), "line": r.line,
+                    "accelerators": r.accelerators, "submitter": r.columns.get("submitter", ""),
+                    "system": r.columns.get("system", ""), "line": r.line,
                     "published_tokens_per_s": r.tokens_per_s, "predicted_tokens_per_s": i["predicted"],
-                    "error_pct": err, "reason": i["reason"]})
+                    "error_pct": err, "reason": i["reason"], "load": load, "latency_limit_share": share})
     return sorted(out, key=lambda x: -abs(x["error_pct"]) if x["error_pct"] is not None else -math.inf)
 
 
@@ -188,8 +192,11 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                                   "fit_seconds": res.seconds}
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
+            table = _row_table(pooled)
             out[f"leave_one_{kind}_out"] = {**_fold_stats(pooled), "folds": fold_out, "max_nfev": max_nfev,
-                                           "seconds": time.perf_counter() - t0, "held_out": _row_table(pooled)}
+                                           "seconds": time.perf_counter() - t0, "held_out": table,
+                                           "by_load": load_split([(t["load"], t["published_tokens_per_s"],
+                                                                   t["predicted_tokens_per_s"]) for t in table])}
         return out
 
 
@@ -206,6 +213,8 @@ def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
                          f"{f(s['uncalibrated_median_ape']):>20}")
         lines.append(f"  {'pooled':<16}{block['rows']:>6}{f(block['median_ape']):>14}{f(block['p90_ape']):>11}"
                      f"{f(block['uncalibrated_median_ape']):>20}")
+        if "by_load" in block:
+            lines += ["  " + x for x in load_split_lines(block["by_load"])]
         worst = [r for r in block.get("held_out", []) if r["error_pct"] is not None][:worst_rows]
         if worst:
             lines.append(f"  worst held-out rows (of {len(block['held_out'])}):")

@@ -35,6 +35,7 @@ duplicate runs (the -99 and -99.9 accuracy variants of one run) count once.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import math
 import os
@@ -164,6 +165,66 @@ def load_op_rows(path: str | os.PathLike | None = None, presets_dir: str | os.Pa
     return list(out.values())
 
 
+def limit_share(cols: dict[str, str]) -> float | None:
+    """The run's tighter latency percentile as a share of its limit: max(TTFT p99 / TTFT limit,
+    TPOT p99 / TPOT limit) (LoadGen's ``*_p99_over_limit`` columns, else computed from the ms
+    columns); None where neither pair is recorded."""
+    shares = []
+    for kind in ("ttft", "tpot"):
+        v = _num(cols.get(f"{kind}_p99_over_limit"))
+        if v is None:
+            p99, lim = _num(cols.get(f"{kind}_p99_ms")), _num(cols.get(f"{kind}_limit_ms"))
+            v = p99 / lim if p99 and lim else None
+        if v is not None:
+            shares.append(v)
+    return max(shares) if shares else None
+
+
+AT_LIMIT_SHARE = 0.85
+"""A Server/Interactive run whose tighter latency p99 ended at or above this share of its limit
+(``limit_share``) ran at its capacity; below it, the submitter's load passed with room to spare and
+its published rate is a lower bound on the system's capacity. Measured on main (2026-11-26,
+``infersim validate`` against these runs): frontier rows with a share under 0.5 are +15 … +27 %
+(median signed error), 0.5-0.85 +8 … +10 %, 0.85 and above +0.1 … +0.6 % (``benchmarks/accuracy.py``
+prints the split)."""
+
+LOAD_CLASSES: tuple[str, ...] = ("at_limit", "below_limit", "no_record")
+"""``load_class`` values: the run ended at its latency limit, below it, or has no latency record
+(Offline, rounds before v5.1, rows without submitter and system)."""
+
+
+def load_class(version: str, submitter: str, system: str, model: str, scenario: str,
+               shares: dict | None = None) -> tuple[str, float | None]:
+    """(``LOAD_CLASSES`` entry, limit share) of a published row, looked up in ``shares`` (default:
+    the bundled operating points' ``limit_shares``)."""
+    table = _bundled_shares() if shares is None else shares
+    share = table.get((version.strip(), submitter.strip(), system.strip(), model.strip(), scenario.strip().lower()))
+    if share is None:
+        return "no_record", None
+    return ("at_limit" if share >= AT_LIMIT_SHARE else "below_limit"), share
+
+
+@functools.cache
+def _bundled_shares() -> dict[tuple[str, str, str, str, str], float]:
+    return limit_shares()
+
+
+def limit_shares(path: str | os.PathLike | None = None) -> dict[tuple[str, str, str, str, str], float]:
+    """{(version, submitter, system, model, scenario in lower case): ``limit_share``} of every
+    Server/Interactive run of ``path`` (default: the bundled operating points) that records it; the
+    -99 and -99.9 variants of one run keep the larger share."""
+    out: dict[tuple[str, str, str, str, str], float] = {}
+    for cols in load(path or bundled_data()):
+        scen = cols.get("scenario", "").strip().lower()
+        share = limit_share(cols)
+        if scen not in ("server", "interactive") or share is None:
+            continue
+        k = (cols["version"].strip(), cols.get("submitter", "").strip(), cols.get("system", "").strip(),
+             model_id(cols.get("benchmark", "")), scen)
+        out[k] = max(share, out.get(k, 0.0))
+    return out
+
+
 def usable(rows: Iterable[OpRow], hardware: Iterable[str] | None = None, models: Iterable[str] | None = None
            ) -> list[OpRow]:
     """Rows whose hardware and model have bundled profiles (and are in ``hardware`` when given)."""
@@ -179,5 +240,6 @@ def held_out(rows: Sequence[OpRow], field: str, value: str) -> list[OpRow]:
     return [r for r in rows if getattr(r, field) != value]
 
 
-__all__ = ["OpRow", "steady_point", "load_op_rows", "usable", "held_out", "REQUIRED", "HARDWARE_RULES", "bundled_data", "hardware_id",
+__all__ = ["OpRow", "steady_point", "limit_share", "limit_shares", "load_class", "AT_LIMIT_SHARE",
+           "LOAD_CLASSES", "load_op_rows", "usable", "held_out", "REQUIRED", "HARDWARE_RULES", "bundled_data", "hardware_id",
            "model_id", "load"]

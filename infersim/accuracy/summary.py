@@ -21,7 +21,7 @@ BREAKDOWNS: dict[str, str] = {"hardware": "hardware", "model": "model", "scenari
 """Breakdown name → row field."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RowResult:
     """One row with its prediction (``predicted`` None when it could not be predicted)."""
 
@@ -47,13 +47,23 @@ class RowResult:
         e = self.error_pct
         return None if e is None else abs(e)
 
+    @cached_property
+    def load(self) -> tuple[str, float | None]:
+        """(``oppoints.LOAD_CLASSES`` entry, latency limit share) of the row's run (``oppoints.load_class``)."""
+        from .oppoints import load_class
+
+        c = self.row.columns or {}
+        return load_class(self.row.version, c.get("submitter", ""), c.get("system", ""), self.row.model,
+                          self.row.scenario)
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.row.columns) if self.row.columns else {}
         d.update({"version": self.row.version, "hardware": self.row.hardware, "model": self.row.model,
                   "scenario": self.row.scenario, "accelerators": self.row.accelerators,
                   "tokens_per_s": self.row.tokens_per_s})
         d.update({"preset": self.preset, "predicted_tokens_per_s": self.predicted, "error_pct": self.error_pct,
-                  "frontier": self.frontier, "reason": self.reason})
+                  "frontier": self.frontier, "reason": self.reason, "load": self.load[0],
+                  "latency_limit_share": self.load[1]})
         return d
 
 
@@ -101,7 +111,45 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
             table[value] = {"rows": len(g), "n_failed": len(g) - len(g_ok), "median_ape": stats(g_ok)[0],
                             "frontier_rows": sum(r.frontier for r in g), "frontier_median_ape": stats(g_front)[0]}
         out[f"by_{name}"] = table
+    out["by_load"] = load_split([(r.load[0], r.row.tokens_per_s, r.predicted) for r in front])
     return out
+
+
+def load_split(items: list[tuple[str, float, float | None]]) -> dict[str, dict[str, Any]]:
+    """Frontier error split by how hard the published run was driven (``oppoints.load_class``):
+    ``items`` are (class, published, predicted). A run that ended below its latency limits published
+    a rate below its capacity, so a capacity prediction above it is expected there; the share of
+    such rows predicted at or above the published rate is reported with the errors."""
+    from .oppoints import LOAD_CLASSES
+
+    out: dict[str, dict[str, Any]] = {}
+    for cls in LOAD_CLASSES:
+        got = [(p, v) for c, p, v in items if c == cls and v is not None]
+        signed = [100 * (v / p - 1) for p, v in got]
+        med, p90 = stats([abs(e) for e in signed])
+        out[cls] = {"rows": sum(c == cls for c, _, _ in items), "median_ape": med, "p90_ape": p90,
+                    "median_signed_error_pct": float(np.median(signed)) if signed else None,
+                    "share_predicted_at_or_above": (sum(e >= 0 for e in signed) / len(signed)) if signed else None}
+    return out
+
+
+LOAD_LABELS = {"at_limit": "at its limit", "below_limit": "below limits", "no_record": "no record"}
+"""Table labels of ``oppoints.LOAD_CLASSES``."""
+
+
+def load_split_lines(split: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Table lines of ``load_split``."""
+    from .oppoints import AT_LIMIT_SHARE
+
+    lines = [f"frontier rows by how hard the published run was driven: at its limit (a latency p99 >= {AT_LIMIT_SHARE:g}"
+             " of its limit),",
+             "below its limits (the published rate is a lower bound on capacity), no record (Offline, before v5.1)",
+             f"{'load':<14}{'rows':>6}{'median APE %':>14}{'p90 APE %':>12}{'median signed %':>17}{'pred >= pub':>13}"]
+    for cls, t in split.items():
+        share = t["share_predicted_at_or_above"]
+        lines.append(f"{LOAD_LABELS.get(cls, cls):<14}{t['rows']:>6}{fmt(t['median_ape']):>14}{fmt(t['p90_ape']):>12}"
+                     f"{fmt(t['median_signed_error_pct'], '+.1f'):>17}{'-' if share is None else f'{100 * share:.0f} %':>13}")
+    return lines
 
 
 def _sorted_values(name: str, groups: Mapping[str, Any]) -> list[str]:
@@ -196,6 +244,7 @@ class ValidationReport:
             f"{'frontier':<14}{s['frontier_predicted_rows']:>6}{fmt(s['frontier_median_ape']):>14}"
             f"{fmt(s['frontier_p90_ape']):>12}",
         ]
+        lines += [""] + load_split_lines(s["by_load"])
         if breakdowns:
             for name in BREAKDOWNS:
                 lines += ["", f"{'by ' + name:<22}{'rows':>6}{'failed':>8}{'median APE %':>14}"
@@ -240,4 +289,5 @@ def json_safe(obj):
     return obj
 
 
-__all__ = ["RowResult", "ValidationReport", "summarize", "stats", "fmt", "json_safe", "BREAKDOWNS"]
+__all__ = ["RowResult", "ValidationReport", "summarize", "stats", "fmt", "json_safe", "BREAKDOWNS", "load_split",
+           "load_split_lines"]
