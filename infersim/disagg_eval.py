@@ -16,7 +16,7 @@ the better of the two deployments is taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from . import parallel
 from .engine import step_cost
 from .graph import Shape
 from .plan import Plan
-from .serving import ServingResult, WorkloadStats, _prefill, prefix_hit, tpot_spread
+from .serving import DRIFT_STEP, ServingResult, WorkloadStats, _prefill, decode_drift, prefix_hit, tpot_spread
 
 RHO_GRID = np.linspace(0.01, 0.99, 99)
 """Prefill-worker utilizations tried (the admissible maximum is the largest meeting TTFT)."""
@@ -228,8 +228,14 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     shape = np.broadcast(r_d, t_d).shape
     live = np.ones(shape, dtype=bool) if live is None else np.broadcast_to(live, shape).copy()
     tail = tpot_spread(plan, slo.percentile / 100.0)  # per-request TPOT quantile over the mean (MTP)
+    # the decode count's drift over a request's window (serving.decode_drift), in quadrature with
+    # the acceptance spread: a decode worker has no prompt stalls, so no fast noise
+    up = np.asarray(batch, dtype=float) * (1.0 + DRIFT_STEP)
+    slope = (step_cost(plan, lay, replace(decode, decode_seqs=up)).total + plan.engine.host_time(up) - t_d) / (up - batch)
+    a_s, z_s, _ = decode_drift(slope, batch, t_d, L, stats, slo.percentile / 100.0)
+    tpot_q = t_d / L + np.sqrt((t_d / L * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2)
     if slo.tpot_ms is not None:
-        live &= t_d / L * tail <= slo.tpot_ms * 1e-3
+        live &= tpot_q <= slo.tpot_ms * 1e-3
     idx = np.nonzero(live)
     flat = lambda a: np.broadcast_to(a, shape)[idx]  # noqa: E731  (live points as a 1-D axis)
     choice = DisaggChoice(shape)
@@ -254,7 +260,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     used = np.maximum(pw * choice.take("size") + dw * s_d, 1.0)
     # per decode-instance share of the system (tokens/s over the instance's size = per used accelerator)
     res = ServingResult(tokens_per_s=system * s_d / used, rate=value, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
-                        tpot_mean=tpot, tpot_p99=tpot * tail,
+                        tpot_mean=tpot, tpot_p99=np.broadcast_to(tpot_q, np.shape(tpot)),
                         e2e_p99=ttft_p99 + stats.osl_p99 * tpot, step=cost,
                         prefill_share=np.zeros_like(t_d), shape=decode)
     choice.prefill_workers, choice.decode_workers = pw, dw

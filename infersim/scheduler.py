@@ -71,7 +71,8 @@ from .engine import step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan, admission_period
-from .serving import (ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, gamma_cdf,
+from .serving import (DRIFT_STEP, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
+                      gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate, tpot_spread)
 from statistics import NormalDist
@@ -607,6 +608,10 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
         cache["decode"] = (shape, step_cost(plan, layout, shape))
         return cache["decode"][1].total + host
 
+    def decode_time_at(rows, b):  # the same step at occupancy b: its rows, its sequences' KV and responses
+        shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=stats.context_mean * b / np.maximum(rows * d, 1e-30))
+        return step_cost(plan, layout, shape).total + plan.engine.host_time(b)
+
     def prefill_time(n, imb):
         shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
                         prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches,
@@ -614,7 +619,7 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
         return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
-                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean)
+                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean, decode_time_at=decode_time_at)
     res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, percentile / 100.0)
     res.tpot_p50 = res.tpot_p50 * tpot_spread(plan, 0.5)
     res.shape, res.step = cache["decode"]
@@ -622,18 +627,24 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
 
 
 def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, decode_time, prefill_time, *,
-                 dq: float = 1.0, prompt_scale: float = 1.0) -> EngineResult:
+                 dq: float = 1.0, prompt_scale: float = 1.0, decode_time_at=None) -> EngineResult:
     """The scheduler's closed form for given iteration costs.
 
     ``decode_time(rows)``: decode iteration time with ``rows`` sequences per rank (padded);
     ``prefill_time(n, imbalance)``: extra context-iteration time per prompt when n prompts are
     admitted together and the busiest rank holds ``imbalance`` × the mean rank's prompt tokens.
     ``prompt_scale``: prompt tokens actually prefilled per ISL token (prefix-cache misses).
+    ``decode_time_at(rows, batch)``: the decode iteration at another occupancy (its KV reads
+    too), for the step's slope; default ``decode_time(rows)``.
     """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
+    # the decode step's slope dt_d/dB for the decode count's drift (serving.decode_drift)
+    up = batch * (1.0 + DRIFT_STEP)
+    t_up = (decode_time_at or (lambda r, b: decode_time(r)))(padded_rows(engine, up, d), up)
     rows = padded_rows(engine, batch, d)
     t_d = decode_time(rows)
+    slope = (t_up - t_d) / (up - batch)
     # Little's law on the decode side: B·L/OSL prompts arrive per iteration
     per_iter = batch * L / (stats.osl_mean * d)
     eg, vg, g3 = gate_moments(engine, batch, d, per_iter)
@@ -786,7 +797,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
-    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget)
+    res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
+                   slope)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -917,7 +929,7 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
 
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
-             s_extra=None, budget_wait=None, capped: bool = False) -> EngineResult:
+             s_extra=None, budget_wait=None, capped: bool = False, slope=0.0) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
@@ -998,10 +1010,14 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     c_var_it = (np.maximum(c_var - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
     n_it = np.maximum(stats.osl_points / L - 1.0, 1.0)
     amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L
-    tpot_p = tpot_mean + amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)
+    fast = amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)
+    # the decode count's drift over a request's window (serving.decode_drift), per iteration
+    a_s, z_s, sd99 = decode_drift(slope / (1.0 - rho), batch, t_d, L, stats, q)
+    tpot_p = tpot_mean + np.sqrt(fast * fast + (a_s * z_s) ** 2)
     tpot_p50 = tpot_mean  # the normal mixture is symmetric about the mean
     n99 = stats.osl_p99 / L
-    e2e = ttft_p + n99 * it_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho))
+    e2e = ttft_p + n99 * it_mean + NormalDist().inv_cdf(q) * np.sqrt(
+        n99 * np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho) + (n99 * sd99) ** 2)
     return EngineResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p,
                         tpot_mean=tpot_mean, tpot_p99=tpot_p, e2e_p99=e2e, step=cost, prefill_share=rho,
                         iteration_s=it_mean, decode_iteration_s=t_d + 0.0 * it_mean, gate_iters=eg + 0.0 * it_mean,

@@ -273,6 +273,70 @@ def _mixture_z(w: tuple, w_shape: tuple, p: tuple, p_shape: tuple, q: float, ite
     return 0.5 * (lo + hi)
 
 
+DRIFT_FEEDBACK_POWER = 1.0
+"""Exponent k of the decode count's variance amplification 1/(1 − ε)^k by its own feedback
+(``decode_drift``); set against des.simulate_engine (benchmarks/tpot_spread.py)."""
+
+DRIFT_STEP = 0.02
+"""Relative occupancy step of the finite difference that gives the decode step's slope dt_d/dB."""
+
+DRIFT_EPS_MAX = 0.8
+"""Largest step elasticity ε the amplification takes (it diverges as ε → 1, where the linear
+picture fails and the count wanders to the batch cap)."""
+
+
+@lru_cache(maxsize=128)
+def _window_var(osl_points: tuple | None, osl_probs: tuple | None, osl_mean: float, osl_p99: float, L: float):
+    """Per output-length class j, the variance of the decode count averaged over that request's own
+    decode window, per unit mean count (and the same for the ``osl_p99`` request's window).
+
+    The count is an M/G/∞ in iteration clock: arrivals stay S = OSL/L − 1 iterations, so its
+    autocovariance at lag s is λ·E[(S − s)⁺] and its mean λ·E[S]; averaged over a window of w
+    iterations, Var = (2/w²)·∫₀^w (w − s)·Cov(s) ds. With I(w, S) = ∫₀^a (w − s)(S − s) ds,
+    a = min(w, S), Var / mean = 2·Σ_k p_k I(w, S_k) / (w²·E[S]) (2/3 for one length)."""
+    if osl_points is None:
+        S, p = np.array([max(osl_mean / L - 1.0, 1.0)]), np.ones(1)
+    else:
+        S = np.maximum(np.asarray(osl_points, dtype=float) / L - 1.0, 1.0)
+        p = np.asarray(osl_probs, dtype=float)
+        p = p / p.sum()
+    mean_s = float(np.sum(p * S))
+
+    def v(w):
+        a = np.minimum(w, S)
+        integral = w * S * a - (w + S) * a * a / 2.0 + a**3 / 3.0
+        return 2.0 * float(np.sum(p * integral)) / (w * w * mean_s)
+
+    return tuple(v(w) for w in S), v(max(osl_p99 / L - 1.0, 1.0))
+
+
+def decode_drift(slope, batch, t_d, L, stats: "WorkloadStats", q: float):
+    """The slow part of a request's TPOT: the decode count's drift over the request's own window.
+
+    A request's TPOT averages the iterations it decodes in. Their fast noise (the prompts admitted
+    per iteration) averages out as 1/√n over its n iterations; the decode count B does not: it
+    moves on the time scale of a request's life, so a request that lives through a busy stretch
+    sees slower iterations throughout. With the decode step's slope ``slope`` = dt_d/dB (per
+    iteration, stalls excluded), the count's window variance per unit mean from ``_window_var``
+    amplified by its own feedback (a longer step brings more arrivals per iteration:
+    1/(1 − ε)^k, ε = slope·B/t_d the step's elasticity, ``DRIFT_FEEDBACK_POWER``), the TPOT
+    deviation of class j has sd slope·√(B·F·v_j)/L.
+
+    Returns (A, z, sd99): the class amplitude A = slope·√(B·F)/L and the mixture z of the
+    classes' √v_j at ``q`` (so the drift's q-quantile is A·z), and the ``osl_p99`` request's sd per
+    iteration, slope·√(B·F·v₉₉)."""
+    key = (None, None) if stats.osl_points is None else (tuple(np.asarray(stats.osl_points, dtype=float).tolist()),
+                                                         tuple(np.asarray(stats.osl_probs, dtype=float).tolist()))
+    v, v99 = _window_var(*key, float(stats.osl_mean), float(stats.osl_p99), float(L))
+    batch = np.asarray(batch, dtype=float)
+    slope = np.maximum(np.asarray(slope, dtype=float), 0.0)
+    eps = np.clip(slope * batch / np.maximum(t_d, 1e-30), 0.0, DRIFT_EPS_MAX)
+    spread = slope * np.sqrt(batch / (1.0 - eps) ** DRIFT_FEEDBACK_POWER)
+    probs = stats.osl_probs if stats.osl_points is not None else np.ones(1)
+    z = mixture_z(1.0 / np.sqrt(np.asarray(v)), probs, q)
+    return spread / L, z, spread * math.sqrt(v99)
+
+
 def _norm_cdf(z):
     """Φ(z) (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7), vectorized."""
     # the same operations as Φ = where(z ≥ 0, 1 − h, h), h = ½·t·P(t)·exp(−x²), done in place
@@ -409,7 +473,9 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     the chance the engine is busy under Poisson occupancy) + the next cycle containing the
     request's prefill; its p-quantile from a gamma fit of the mean and variance.
     TPOT of a request = mean of its OSL/L cycles / L; variance Var C/n·(1+ρ)/(1−ρ) (AR(1)
-    correlation of successive cycles); p-quantile over the output-length mix by bisection.
+    correlation of successive cycles), plus the decode count's drift over the request's window
+    (``decode_drift``, from the step's slope dt_d/dB), in quadrature; p-quantile over the
+    output-length mix by bisection.
     Bursty or smooth arrivals (``stats.arrival_scv`` ≠ 1) enter through ``queue_metrics``.
     Validated against a discrete-event simulation of the same server in tests/test_queueing.py.
     """
@@ -430,7 +496,9 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
                   prefill_patches_sq=stats.vision_patches_sq)
     s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
-    res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost)
+    up = batch * (1.0 + DRIFT_STEP)
+    slope = (step_cost(plan, layout, replace(decode, decode_seqs=up)).total - t_d) / (up - batch)
+    res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost, slope)
     res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, q)
     res.shape = decode
     return res
@@ -510,7 +578,8 @@ def request_rate(batch, t_d, s_mean, L, stats: WorkloadStats):
     return batch / (stats.osl_mean * t_d / L + batch * s_mean)
 
 
-def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, cost: StepCost) -> ServingResult:
+def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, cost: StepCost,
+                  slope=0.0) -> ServingResult:
     """Closed-form server metrics from the decode step time and prefill service moments.
 
     Arrivals: a renewal process with c_a² = ``stats.arrival_scv`` (1 = Poisson, where every
@@ -553,10 +622,14 @@ def queue_metrics(t_d, s_mean, s_sq, batch, L, stats: WorkloadStats, q: float, c
     n = np.maximum(stats.osl_points / L - 1.0, 1.0)  # cycles after the first token
     # σ_j = A/√n_j with A common to the grid point, so the mixture quantile is μ + A·z*
     amplitude = np.sqrt(np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho)) / L
-    tpot_p99 = tpot_mean + amplitude * mixture_z(np.sqrt(n), stats.osl_probs, q)
+    fast = amplitude * mixture_z(np.sqrt(n), stats.osl_probs, q)
+    # the decode count's drift over a request's window (decode_drift), per iteration of the cycle
+    a_s, z_s, sd99 = decode_drift(slope / (1.0 - rho), batch, t_d, L, stats, q)
+    tpot_p99 = tpot_mean + np.sqrt(fast * fast + (a_s * z_s) ** 2)
     # e2e: the TTFT tail plus the longest requests' cycles with their own fluctuation
     n99 = stats.osl_p99 / L
-    e2e = ttft_p99 + n99 * c_mean + NormalDist().inv_cdf(q) * np.sqrt(n99 * np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho))
+    e2e = ttft_p99 + n99 * c_mean + NormalDist().inv_cdf(q) * np.sqrt(
+        n99 * np.maximum(c_var, 0.0) * (1 + rho) / (1 - rho) + (n99 * sd99) ** 2)
     return ServingResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=ttft_p99,
                          tpot_mean=tpot_mean, tpot_p99=tpot_p99, e2e_p99=e2e, step=cost, prefill_share=rho)
 
