@@ -19,12 +19,15 @@ def frontier_points(pred: Prediction) -> list[dict[str, Any]]:
     """Non-dominated (per-user, per-accelerator) points with their configurations and metrics.
 
     Reads the evaluated ``Result`` arrays directly (memory-feasible points, limits not applied);
-    each point carries the contract metrics and whether it meets the scenario's limits.
+    each point carries the contract metrics and whether it meets the scenario's limits. Tokens/s
+    per accelerator is the whole system's over all its accelerators, as ``run`` reports it: the
+    best point that meets the limits is ``run``'s prediction.
     """
     pts = []
     for k, res in enumerate(pred.results):
-        per_acc = res.serving.tokens_per_s / (res.layouts["tp"][:, None] * res.layouts["pp"][:, None])
-        per_acc = np.broadcast_to(per_acc, res.ok.shape)
+        # the system's tokens over all its accelerators, idle ones included (``run``'s metric), so a
+        # layout that leaves accelerators idle is not shown at its instances' own rate
+        per_acc = res.metrics["tokens_per_s_per_accelerator"]
         per_user = res.metrics["tokens_per_s_per_user"]
         with np.errstate(invalid="ignore"):
             good = res.ok_capacity & np.isfinite(per_acc) & np.isfinite(per_user) & (per_acc > 0)

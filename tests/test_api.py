@@ -167,6 +167,18 @@ def test_pareto_points_are_non_dominated_and_flag_limits(chat_prediction):
     assert max(p["tokens_per_s_per_accelerator"] for p in pts if p["meets_limits"]) <= accs[0] + 1e-9
 
 
+def test_pareto_counts_idle_accelerators_like_run():
+    """On 9 GPUs whole instances leave accelerators idle: the frontier's tokens/s per accelerator is the
+    system's over all 9, so its best point that meets the limits is exactly ``run``'s prediction
+    (before, a point was shown at its instance's own rate, above anything ``run`` could deliver)."""
+    from infersim.pareto import frontier_points
+
+    pred = api.predict("h100-sxm", "llama2-70b", "mlperf-llama2-70b-server", 9)
+    pts = frontier_points(pred)
+    best = max(p["tokens_per_s_per_accelerator"] for p in pts if p["meets_limits"])
+    assert best == pytest.approx(pred.metrics["tokens_per_s_per_accelerator"], rel=1e-9)
+
+
 def test_ablation_skips_levers_that_cannot_act_and_says_why():
     """Issue 14's reproducer: llama3.1-405b has no MTP heads and no experts."""
     from infersim.ablation import round_waterfall
