@@ -244,3 +244,30 @@ def test_v60_disaggregation_is_a_choice_only_where_its_runs_disaggregated():
         for hw in ("b200", "b300", "h200-sxm", "mi300x", "gb200-nvl72", "gb300-nvl72"):
             allowed = "disagg" not in p.recipe_for(model, kind, hw).disable
             assert allowed == ((model, kind, hw) in disagg), (model, kind, hw)
+
+
+def _extras(version: str, scenario: str, system_has: str) -> Counter:
+    """The `extra` build flags of the round's Llama-2-70B runs of that scenario on that hardware."""
+    seen = Counter()
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if (r["version"], r["scenario"]) == (version, scenario) and r["benchmark"].startswith("llama2-70b") \
+                    and system_has in r["system"] and not any(g in r["system"] for g in ("GB200", "GB300")):
+                seen["norm_quant_fusion" if "norm_quant_fusion=enable" in r["extra"] else r["extra"]] += 1
+    return seen
+
+
+@pytest.mark.parametrize("version,hw,system", [("v5.1", "b200", "B200"), ("v6.0", "b200", "B200"), ("v6.0", "b300", "B300")])
+def test_llama2_interactive_engines_are_the_runs_own_fp4_plugin_builds(version, hw, system):
+    """Blackwell Llama-2-70B Interactive runs are 768/768 `gemm_plugin=fp4` builds without the
+    Server and Offline builds' norm + FP4-quantize fusion: their two RMSNorms per layer stay
+    separate kernels (priced), everything else fused; Server keeps every elementwise op fused."""
+    assert _extras(version, "Interactive", system) == Counter({"gemm_plugin=fp4": sum(_extras(version, "Interactive", system).values())})
+    assert set(_extras(version, "Server", system)) == {"norm_quant_fusion"}
+    preset = load_preset(version)
+    inter, server = preset.engine_for("llama2-70b", "interactive", hw), preset.engine_for("llama2-70b", "server", hw)
+    assert (inter.max_batch_size, inter.max_num_tokens) == _most_common(version, "llama2-70b", "Interactive", system) == (768, 768)
+    assert inter.fused_elementwise is not None
+    assert {"input_norm", "post_attn_norm"}.isdisjoint(inter.fused_elementwise)
+    assert {"mlp_act", "residual_add", "rope", "sampling"} <= set(inter.fused_elementwise)
+    assert server.fused_elementwise is None  # every fusable op folded
