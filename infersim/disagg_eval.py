@@ -16,7 +16,7 @@ the better of the two deployments is taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from . import parallel
 from .engine import step_cost
 from .graph import Shape
 from .plan import Plan
-from .serving import DRIFT_STEP, ServingResult, WorkloadStats, _prefill, decode_drift, prefix_hit, tpot_spread
+from .serving import ServingResult, WorkloadStats, _prefill, decode_drift, decode_slope, prefix_hit, tpot_spread
 
 RHO_GRID = np.linspace(0.01, 0.99, 99)
 """Prefill-worker utilizations tried (the admissible maximum is the largest meeting TTFT)."""
@@ -230,8 +230,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     tail = tpot_spread(plan, slo.percentile / 100.0)  # per-request TPOT quantile over the mean (MTP)
     # the decode count's drift over a request's window (serving.decode_drift), in quadrature with
     # the acceptance spread: a decode worker has no prompt stalls, so no fast noise
-    up = np.asarray(batch, dtype=float) * (1.0 + DRIFT_STEP)
-    slope = (step_cost(plan, lay, replace(decode, decode_seqs=up)).total + plan.engine.host_time(up) - t_d) / (up - batch)
+    slope = decode_slope(plan, lay, decode, batch, t_d, plan.engine.host_time)
     a_s, z_s, _ = decode_drift(slope, batch, t_d, L, stats, slo.percentile / 100.0)
     tpot_q = t_d / L + np.sqrt((t_d / L * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2)
     if slo.tpot_ms is not None:

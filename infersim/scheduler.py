@@ -599,18 +599,19 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
-    ctx_tokens = stats.context_mean * batch
     host = plan.engine.host_time(batch)
     cache = {}
 
+    def shape_at(rows, b):  # ``rows`` padded decode rows per rank carrying the KV of ``b`` sequences
+        return Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=stats.context_mean * b / np.maximum(rows * d, 1e-30))
+
     def decode_time(rows):
-        shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=ctx_tokens / np.maximum(rows * d, 1e-30))
+        shape = shape_at(rows, batch)
         cache["decode"] = (shape, step_cost(plan, layout, shape))
         return cache["decode"][1].total + host
 
     def decode_time_at(rows, b):  # the same step at occupancy b: its rows, its sequences' KV and responses
-        shape = Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=stats.context_mean * b / np.maximum(rows * d, 1e-30))
-        return step_cost(plan, layout, shape).total + plan.engine.host_time(b)
+        return step_cost(plan, layout, shape_at(rows, b)).total + plan.engine.host_time(b)
 
     def prefill_time(n, imb):
         shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,

@@ -313,6 +313,16 @@ def _window_var(osl_points: tuple | None, osl_probs: tuple | None, osl_mean: flo
     return tuple(v(w) for w in S), v(max(osl_p99 / L - 1.0, 1.0))
 
 
+def decode_slope(plan: Plan, layout: Layout, decode: Shape, batch, t_d, host=None):
+    """dt_d/dB of the decode step ``decode`` (time ``t_d`` at occupancy ``batch``) by a finite step
+    of ``DRIFT_STEP``: the same shape at (1 + ``DRIFT_STEP``)·B sequences, each with its KV, plus
+    ``host(B)`` where the step carries a host time per sequence (``Engine.host_time``)."""
+    batch = np.asarray(batch, dtype=float)
+    up = batch * (1.0 + DRIFT_STEP)
+    t_up = step_cost(plan, layout, replace(decode, decode_seqs=up)).total + (0.0 if host is None else host(up))
+    return (t_up - t_d) / (up - batch)
+
+
 def decode_drift(slope, batch, t_d, L, stats: "WorkloadStats", q: float):
     """The slow part of a request's TPOT: the decode count's drift over the request's own window.
 
@@ -328,8 +338,7 @@ def decode_drift(slope, batch, t_d, L, stats: "WorkloadStats", q: float):
     Returns (A, z, sd99): the class amplitude A = slope·√(B·F)/L and the mixture z of the
     classes' √v_j at ``q`` (so the drift's q-quantile is A·z), and the ``osl_p99`` request's sd per
     iteration, slope·√(B·F·v₉₉)."""
-    key = (None, None) if stats.osl_points is None else (tuple(np.asarray(stats.osl_points, dtype=float).tolist()),
-                                                         tuple(np.asarray(stats.osl_probs, dtype=float).tolist()))
+    key = (None, None) if stats.osl_points is None else (tuple(stats.osl_points), tuple(stats.osl_probs))
     v, v99 = _window_var(*key, float(stats.osl_mean), float(stats.osl_p99), float(L))
     batch = np.asarray(batch, dtype=float)
     slope = np.maximum(np.asarray(slope, dtype=float), 0.0)
@@ -499,9 +508,7 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
                   prefill_patches_sq=stats.vision_patches_sq)
     s_mean = np.maximum(step_cost(plan, layout, mixed).total - t_d, 0.0) / n
     s_sq = s_mean * s_mean * (plen_sq / np.maximum(plen * plen, 1e-30))
-    up = batch * (1.0 + DRIFT_STEP)
-    slope = (step_cost(plan, layout, replace(decode, decode_seqs=up)).total - t_d) / (up - batch)
-    res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost, slope)
+    res = queue_metrics(t_d, s_mean, s_sq, batch, L, stats, q, cost, decode_slope(plan, layout, decode, batch, t_d))
     res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, q)
     res.shape = decode
     return res

@@ -16,12 +16,13 @@ import numpy as np
 
 from ..errors import SpecError
 from .data import REQUIRED_COLUMNS, Row
+from .oppoints import AT_LIMIT_SHARE, LOAD_CLASSES, load_class
 
 BREAKDOWNS: dict[str, str] = {"hardware": "hardware", "model": "model", "scenario": "scenario", "round": "version"}
 """Breakdown name → row field."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True)
 class RowResult:
     """One row with its prediction (``predicted`` None when it could not be predicted)."""
 
@@ -50,8 +51,6 @@ class RowResult:
     @cached_property
     def load(self) -> tuple[str, float | None]:
         """(``oppoints.LOAD_CLASSES`` entry, latency limit share) of the row's run (``oppoints.load_class``)."""
-        from .oppoints import load_class
-
         c = self.row.columns or {}
         return load_class(self.row.version, c.get("submitter", ""), c.get("system", ""), self.row.model,
                           self.row.scenario)
@@ -120,8 +119,6 @@ def load_split(items: list[tuple[str, float, float | None]]) -> dict[str, dict[s
     ``items`` are (class, published, predicted). A run that ended below its latency limits published
     a rate below its capacity, so a capacity prediction above it is expected there; the share of
     such rows predicted at or above the published rate is reported with the errors."""
-    from .oppoints import LOAD_CLASSES
-
     out: dict[str, dict[str, Any]] = {}
     for cls in LOAD_CLASSES:
         got = [(p, v) for c, p, v in items if c == cls and v is not None]
@@ -139,8 +136,6 @@ LOAD_LABELS = {"at_limit": "at its limit", "below_limit": "below limits", "no_re
 
 def load_split_lines(split: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Table lines of ``load_split``."""
-    from .oppoints import AT_LIMIT_SHARE
-
     lines = [f"frontier rows by how hard the published run was driven: at its limit (a latency p99 >= {AT_LIMIT_SHARE:g}"
              " of its limit),",
              "below its limits (the published rate is a lower bound on capacity), no record (Offline, before v5.1)",
