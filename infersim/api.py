@@ -6,7 +6,9 @@ asked (``raise_infeasible``); bad input is ``SpecError``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 from typing import Any
 
 from . import optimizations as opt
@@ -136,6 +138,72 @@ class Prediction:
         return d
 
 
+REFINE_POINTS = 8
+"""Batch values evaluated (in one call) between the best point of the batch axis and the next."""
+
+
+def _slack(res: Result, i: int, j: int, slo) -> float:
+    """How far point (i, j) is inside the latency limits: the smallest 1 − p99/limit of TTFT, TPOT
+    and end-to-end (negative outside); −1 where a limit other than latency breaks (memory, batch
+    cap, token budget, a saturated queue), where no latency figure says how far."""
+    if slo is None:  # Offline: no latency limits
+        return 0.0 if res.ok[i, j] else -1.0
+    if not res.ok[i, j] and Reason(int(res.reason[i, j])) not in (Reason.SLO_TTFT, Reason.SLO_TPOT, Reason.SLO_E2E):
+        return -1.0
+    vals = []
+    for limit_ms, key in ((slo.ttft_ms, "ttft_p99"), (slo.tpot_ms, "tpot_p99"), (slo.e2e_ms, "e2e_p99")):
+        if limit_ms is not None:
+            vals.append(1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / (limit_ms * 1e-3))
+    return min(vals) if vals else (0.0 if res.ok[i, j] else -1.0)
+
+
+def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadStats) -> tuple[Result, int] | None:
+    """The searched batch axis has 4 points per doubling, so the largest batch that meets the limits
+    lies up to 19 % beyond the best point on it. The best point's layout alone is evaluated at
+    ``REFINE_POINTS`` batch values between that point and the next one (which breaks a limit); where
+    the tightest latency limit is crossed between two of them the batch is placed at the crossing
+    of ``_slack``'s linear interpolation and evaluated there, so it moves continuously with the
+    inputs (calibration needs that): a mean occupancy, not necessarily a whole number. Returns (evaluation of that layout alone, batch index) where
+    it does better than the axis' point (None otherwise, where the batch is fixed, or where the
+    best point is the axis' last or the next one meets the limits)."""
+    i, j = ij
+    axis = res.unfit.batch if res.unfit is not None else res.batch  # fit_only: the whole axis
+    lo = float(res.batch[j])
+    above = axis[axis > lo]
+    if query.layout.batch is not None or above.size == 0:  # a batch the user fixed is not moved
+        return None
+    hi = float(above[0])
+    scenario = query.inputs.scenario
+    slo = getattr(scenario, "slo", None) if getattr(scenario, "kind", "offline") != "offline" else None
+    col = np.flatnonzero(res.batch == hi)
+    if col.size and res.ok[i, col[0]]:
+        return None
+    s_hi = _slack(res, i, int(col[0]), slo) if col.size else -1.0
+    # the best point's layout alone, on its own batch values (fit_only cut the plan's axis)
+    lay = res.layout_at(i)
+    plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
+                                            dp=(lay.dp,)))
+    run = lambda b: search.evaluate(plan, scenario, query.accelerators, stats, np.atleast_1d(b),  # noqa: E731
+                                    price_per_hour=query.price)
+    grid_b = np.linspace(lo, hi, REFINE_POINTS + 2)[1:-1]
+    fine = run(grid_b)
+    if fine.ok.shape[0] != 1:  # the layout did not come back alone: leave the axis' point
+        return None
+    bs = np.concatenate([[lo], grid_b, [hi]])
+    ok = np.concatenate([[True], fine.ok[0], [False]])
+    sl = np.array([_slack(res, i, j, slo), *(_slack(fine, 0, m, slo) for m in range(len(grid_b))), s_hi])
+    m = int(np.argmin(ok)) - 1  # the last feasible value before the first one that breaks a limit
+    best, best_j, top = None, 0, float(res.score[i, j])
+    if m >= 1 and fine.score[0, m - 1] > top * (1 + 1e-9):
+        best, best_j, top = fine, m - 1, float(fine.score[0, m - 1])
+    if sl[m + 1] > -1.0 and sl[m] - sl[m + 1] > 1e-12:  # a latency limit crossed: place the batch on it
+        b = bs[m] + (bs[m + 1] - bs[m]) * sl[m] / (sl[m] - sl[m + 1])
+        at = run(b)
+        if at.ok.shape[0] == 1 and at.ok[0, 0] and at.score[0, 0] > top * (1 + 1e-9):
+            best, best_j = at, 0
+    return None if best is None else (best, best_j)
+
+
 def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False, **kwargs) -> Prediction:
     """Best operating point (highest output tokens/s per accelerator meeting the limits).
 
@@ -188,6 +256,10 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         return Prediction(query.inputs, n, False, msg, {}, {"round": query.software.round}, {"reasons": reasons},
                           result=last, results=results, skipped=sel.skipped)
     _, res, (i, j) = best
+    fine = refine_best(res, (i, j), query, stats)
+    if fine is not None:
+        results.append(fine[0])
+        res, i, j = fine[0], 0, fine[1]
     config = res.config_at(i, j)
     config["round"] = query.software.round
     if qps is not None:

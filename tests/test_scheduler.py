@@ -110,19 +110,19 @@ def closed(engine: Engine, d: int, batch):
     return scheduler.engine_queue(engine, d, np.atleast_1d(np.asarray(batch, dtype=float)), st, 1.0, Q, decode_time, pre)
 
 
-def engine_for(d: int, gate: str, budget: str) -> Engine:
+def engine_for(d: int, gate: str, budget: str, router: str = "random") -> Engine:
     T, W = GATES[gate]
     mnt, chunked = BUDGETS[budget]
     sizes = (1, 2, 4, 8, 16, 32, 64, 128) if d > 1 else None
     return Engine(max_batch_size=CAP[d], max_num_tokens=mnt, chunked_prefill=chunked, gate_timeout_iters=T,
-                  gate_wait_iters=W, graph_sizes=sizes)
+                  gate_wait_iters=W, graph_sizes=sizes, rank_router=router)
 
 
 @cache
-def capacity(d: int, gate: str, budget: str) -> tuple[np.ndarray, np.ndarray]:
+def capacity(d: int, gate: str, budget: str, router: str = "random") -> tuple[np.ndarray, np.ndarray]:
     """Occupancy axis and rates; capacity is the largest rate where the closed form is feasible."""
     b = np.geomspace(1.0, CAP[d] * d, 160)
-    r = closed(engine_for(d, gate, budget), d, b)
+    r = closed(engine_for(d, gate, budget, router), d, b)
     return b, np.where(r.ok, r.rate, 0.0)
 
 
@@ -135,15 +135,16 @@ def case_ids():
 
 
 @cache
-def compare(d: int, gate: str, budget: str, load: float, n_requests: int = N_REQUESTS, seed: int = 3):
+def compare(d: int, gate: str, budget: str, load: float, n_requests: int = N_REQUESTS, seed: int = 3,
+            router: str = "random"):
     """The closed form at ``load`` of its capacity and the DES at the same arrival rate (the test's
     oracle: ``n_requests`` requests, ``seed``; benchmarks/operating_points.py --des-requests runs a
     longer one)."""
-    b, rate = capacity(d, gate, budget)
+    b, rate = capacity(d, gate, budget, router)
     i = int(np.argmax(rate))
     target = load * rate[i]
     batch = float(np.interp(target, rate[: i + 1], b[: i + 1]))
-    eng = engine_for(d, gate, budget)
+    eng = engine_for(d, gate, budget, router)
     r = closed(eng, d, batch)
     st = stats()
     sim = des.simulate_engine(float(r.rate[0]), d, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
@@ -177,13 +178,61 @@ def des_ok(sim) -> bool:
     return sim.slot_wait_share <= 1 - Q and not sim.blocked
 
 
-@pytest.mark.parametrize("d, gate, budget, load", list(_params()))
-def test_closed_form_matches_engine_des(d, gate, budget, load):
-    model, sim = compare(d, gate, budget, load)
+def _check(model, sim):
     assert model["ok"] == des_ok(sim), (model["reason"], sim.slot_wait_share, sim.budget_spill_share, sim.blocked)
     errs = {k: model[k] / getattr(sim, v) - 1.0 for k, v in PAIRS.items()}
     bad = {k: f"{100 * e:+.1f} %" for k, e in errs.items() if abs(e) > TOL[k]}
     assert not bad, f"outside tolerance: {bad}"
+
+
+@pytest.mark.parametrize("d, gate, budget, load", list(_params()))
+def test_closed_form_matches_engine_des(d, gate, budget, load):
+    """The random router (``Engine.rank_router``: per-rank counts independent Poisson)."""
+    _check(*compare(d, gate, budget, load))
+
+
+KNOWN_GAPS_BALANCED = {  # (gate, budget, load) -> measured miss (model − DES)/DES, d = 8, seed 3
+    # the closed form takes the busiest rank's new prompt tokens as the largest of d compound
+    # Poisson sums; the router gives the longest prompts of a fetch to the ranks with the fewest
+    # active prompt tokens, which the DES shows 5-7 % lower in gated periods (busiest over mean
+    # 1.89-2.15 against 2.02-2.28 with the random router, per-rank counts as dispersed):
+    # TTFT means +6-9 % (tolerance 5 %)
+    ("off", "none", 0.6): "ttft_mean +5.8 %; ttft_p99 +16.0 %",
+    ("off", "none", 0.9): "ttft_mean +5.8 %",
+    ("off", "flat2048", 0.6): "ttft_mean +6.5 %; ttft_p99 +16.2 %",
+    ("off", "flat2048", 0.9): "ttft_mean +5.9 %",
+    ("6/2", "none", 0.6): "ttft_mean +8.9 %",
+    ("6/2", "none", 0.9): "ttft_mean +5.6 %; tpot_p99 +12.5 %",
+    ("6/2", "flat2048", 0.6): "ttft_mean +6.7 %",
+    ("9/3", "none", 0.6): "ttft_mean +8.2 %",
+    ("9/3", "none", 0.9): "decode_batch +6.3 %; ttft_mean +6.4 %; tpot_mean +5.8 %; tpot_p99 +15.1 %",
+    ("9/3", "flat2048", 0.6): "ttft_mean +6.3 %",
+    # gated chunked: the rank backlog is its own queue with the renewal arrivals' long-run
+    # dispersion (scheduler.rank_backlog); the router's token steering away from backlogged ranks
+    # is not modelled (ranks as one pooled queue: −9 … −32 %; separate Poisson-fed queues:
+    # +9 … +60 %)
+    ("6/2", "chunk512", 0.3): "ttft_mean +8.1 %; ttft_p99 +26.0 %",
+    ("6/2", "chunk512", 0.6): "ttft_mean +7.8 %",
+    ("6/2", "chunk512", 0.9): "ttft_mean +20.2 %; ttft_p99 +52.1 %",
+    ("9/3", "chunk512", 0.3): "ttft_mean +8.1 %; ttft_p99 +15.4 %",
+    ("9/3", "chunk512", 0.6): "ttft_mean +15.7 %; ttft_p99 +24.2 %",
+    ("9/3", "chunk512", 0.9): "ttft_mean +168.1 %; ttft_p99 +426.9 % (the model's rank queue at its stability edge)",
+}
+
+
+def _balanced_params():
+    for gate in GATES:
+        for budget in BUDGETS:
+            for load in LOADS:
+                gap = KNOWN_GAPS_BALANCED.get((gate, budget, load))
+                marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
+                yield pytest.param(gate, budget, load, marks=marks, id=f"gate{gate}-{budget}-load{int(100 * load)}")
+
+
+@pytest.mark.parametrize("gate, budget, load", list(_balanced_params()))
+def test_balanced_router_matches_engine_des(gate, budget, load):
+    """The balanced router (TensorRT-LLM's ADP routing, the engines' own) on 8 ranks, both sides."""
+    _check(*compare(8, gate, budget, load, router="balanced"))
 
 
 def test_des_decode_batch_is_the_sequences_past_their_first_token():
