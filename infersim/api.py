@@ -138,10 +138,6 @@ class Prediction:
         return d
 
 
-REFINE_POINTS = 8
-"""Batch values evaluated (in one call) between the best point of the batch axis and the next."""
-
-
 def _slack(res: Result, i: int, j: int, slo) -> float:
     """How far point (i, j) is inside the latency limits: the smallest 1 − p99/limit of TTFT, TPOT
     and end-to-end (negative outside); −1 where a limit other than latency breaks (memory, batch
@@ -159,13 +155,15 @@ def _slack(res: Result, i: int, j: int, slo) -> float:
 
 def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadStats) -> tuple[Result, int] | None:
     """The searched batch axis has 4 points per doubling, so the largest batch that meets the limits
-    lies up to 19 % beyond the best point on it. The best point's layout alone is evaluated at
-    ``REFINE_POINTS`` batch values between that point and the next one (which breaks a limit); where
-    the tightest latency limit is crossed between two of them the batch is placed at the crossing
-    of ``_slack``'s linear interpolation and evaluated there, so it moves continuously with the
-    inputs (calibration needs that): a mean occupancy, not necessarily a whole number. Returns (evaluation of that layout alone, batch index) where
-    it does better than the axis' point (None otherwise, where the batch is fixed, or where the
-    best point is the axis' last or the next one meets the limits)."""
+    lies up to 19 % beyond the best point on it. Where the next point breaks a latency limit, the
+    batch is placed at the root of the secant of ``_slack`` through the two points (the p99s grow
+    convexly with the batch, so the secant's root lies just inside the limit) and the best point's
+    layout alone is evaluated there: one evaluation, and a batch that moves continuously with the
+    inputs (calibration needs that), a mean occupancy, not necessarily whole. Where the next point
+    runs out of KV-cache memory the batch goes to the memory's limit. Returns (evaluation of that
+    layout alone, batch index 0) where it does better than the axis' point (None otherwise, where
+    the batch is fixed, or where the best point is the axis' last, the next one meets the limits
+    or breaks another one)."""
     i, j = ij
     axis = res.unfit.batch if res.unfit is not None else res.batch  # fit_only: the whole axis
     lo = float(res.batch[j])
@@ -178,30 +176,24 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
     col = np.flatnonzero(res.batch == hi)
     if col.size and res.ok[i, col[0]]:
         return None
+    s_lo = _slack(res, i, j, slo)
     s_hi = _slack(res, i, int(col[0]), slo) if col.size else -1.0
-    # the best point's layout alone, on its own batch values (fit_only cut the plan's axis)
-    lay = res.layout_at(i)
+    bmax = float(np.broadcast_to(res.max_batch, res.ok.shape)[i, j])
+    if s_hi > -1.0 and s_lo - s_hi > 1e-12:  # a latency limit crossed: the secant's root
+        b = lo + (hi - lo) * s_lo / (s_lo - s_hi)
+    elif lo < bmax < hi and (not col.size or Reason(int(res.reason[i, col[0]])) == Reason.KV_CAPACITY):
+        b = bmax  # the KV cache's limit
+    else:
+        return None
+    if not lo < b < hi:
+        return None
+    lay = res.layout_at(i)  # the best point's layout alone (fit_only cut the plan's axis)
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
                                             dp=(lay.dp,)))
-    run = lambda b: search.evaluate(plan, scenario, query.accelerators, stats, np.atleast_1d(b),  # noqa: E731
-                                    price_per_hour=query.price)
-    grid_b = np.linspace(lo, hi, REFINE_POINTS + 2)[1:-1]
-    fine = run(grid_b)
-    if fine.ok.shape[0] != 1:  # the layout did not come back alone: leave the axis' point
+    at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
+    if at.ok.shape[0] != 1 or not at.ok[0, 0] or at.score[0, 0] <= res.score[i, j] * (1 + 1e-9):
         return None
-    bs = np.concatenate([[lo], grid_b, [hi]])
-    ok = np.concatenate([[True], fine.ok[0], [False]])
-    sl = np.array([_slack(res, i, j, slo), *(_slack(fine, 0, m, slo) for m in range(len(grid_b))), s_hi])
-    m = int(np.argmin(ok)) - 1  # the last feasible value before the first one that breaks a limit
-    best, best_j, top = None, 0, float(res.score[i, j])
-    if m >= 1 and fine.score[0, m - 1] > top * (1 + 1e-9):
-        best, best_j, top = fine, m - 1, float(fine.score[0, m - 1])
-    if sl[m + 1] > -1.0 and sl[m] - sl[m + 1] > 1e-12:  # a latency limit crossed: place the batch on it
-        b = bs[m] + (bs[m + 1] - bs[m]) * sl[m] / (sl[m] - sl[m + 1])
-        at = run(b)
-        if at.ok.shape[0] == 1 and at.ok[0, 0] and at.score[0, 0] > top * (1 + 1e-9):
-            best, best_j = at, 0
-    return None if best is None else (best, best_j)
+    return at, 0
 
 
 def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False, **kwargs) -> Prediction:
