@@ -413,7 +413,9 @@ def rank_backlog(engine, stats: WorkloadStats, backlog, d):
     c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
     factor = min((var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, 1.0)
-    return np.where(np.asarray(d) > 1, backlog * factor, backlog)
+    backlog = np.asarray(backlog, dtype=float)
+    with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
+        return np.where((np.asarray(d) > 1) & np.isfinite(backlog), backlog * factor, backlog)
 
 
 def balanced_waiting(engine, stats: WorkloadStats, d, batch, dq, prompt_scale, count):
