@@ -160,10 +160,11 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
     convexly with the batch, so the secant's root lies just inside the limit) and the best point's
     layout alone is evaluated there: one evaluation, and a batch that moves continuously with the
     inputs (calibration needs that), a mean occupancy, not necessarily whole. Where the next point
-    runs out of KV-cache memory the batch goes to the memory's limit. Returns (evaluation of that
+    breaks another limit the batch goes to the KV cache's or the batch cap's bound (halfway where
+    that fails too, a limit with no bound to read). Returns (evaluation of that
     layout alone, batch index 0) where it does better than the axis' point (None otherwise, where
-    the batch is fixed, or where the best point is the axis' last, the next one meets the limits
-    or breaks another one)."""
+    the batch is fixed, or where the best point is the axis' last or the next one meets the
+    limits)."""
     i, j = ij
     axis = res.unfit.batch if res.unfit is not None else res.batch  # fit_only: the whole axis
     lo = float(res.batch[j])
@@ -178,22 +179,25 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
         return None
     s_lo = _slack(res, i, j, slo)
     s_hi = _slack(res, i, int(col[0]), slo) if col.size else -1.0
-    bmax = float(np.broadcast_to(res.max_batch, res.ok.shape)[i, j])
+    lay = res.layout_at(i)
     if s_hi > -1.0 and s_lo - s_hi > 1e-12:  # a latency limit crossed: the secant's root
-        b = lo + (hi - lo) * s_lo / (s_lo - s_hi)
-    elif lo < bmax < hi and (not col.size or Reason(int(res.reason[i, col[0]])) == Reason.KV_CAPACITY):
-        b = bmax  # the KV cache's limit
-    else:
-        return None
-    if not lo < b < hi:
-        return None
-    lay = res.layout_at(i)  # the best point's layout alone (fit_only cut the plan's axis)
+        tries = [lo + (hi - lo) * s_lo / (s_lo - s_hi)]
+    else:  # memory or the batch cap: their bound, else halfway (a second try where the bound fails)
+        cap = res.plan.engine.max_batch_size
+        bound = min(float(np.broadcast_to(res.max_batch, res.ok.shape)[i, j]),
+                    float(cap) * lay.dp if cap is not None else np.inf) * (1.0 - 1e-9)
+        tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
-                                            dp=(lay.dp,)))
-    at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
-    if at.ok.shape[0] != 1 or not at.ok[0, 0] or at.score[0, 0] <= res.score[i, j] * (1 + 1e-9):
-        return None
-    return at, 0
+                                            dp=(lay.dp,)))  # the best point's layout alone (fit_only cut the axis)
+    for b in tries:
+        if not lo < b < hi:
+            continue
+        at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
+        if at.ok.shape[0] != 1:
+            return None
+        if at.ok[0, 0]:
+            return (at, 0) if at.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
+    return None
 
 
 def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False, **kwargs) -> Prediction:
