@@ -21,6 +21,13 @@ iteration, with the prompt's own prefill; chunked, the iterations of its rest), 
 differ by λ × that excess, not by the scheduling model (seed 3, apart from the 6/2 gap: occupancy
 −4.5 … +1.2 %, decode batch −1.4 … +1.9 %; multi-step 9 at 90 %: −4.5 against −0.6 %).
 
+Two routers (plan.Engine.rank_router): the grid runs with the random router (each request to a
+uniformly random rank, per-rank counts independent Poisson: the model every earlier figure below
+refers to), and its 8-rank cases again with the balanced router, TensorRT-LLM's ADP routing and
+the engines' own (test_balanced_router_matches_engine_des: 11 of 27 meet every tolerance, the
+misses in KNOWN_GAPS_BALANCED, all with the model slower; the random closed form against the
+balanced DES met 1 of the 27, 2026-11-26, fifth session).
+
 Measured (seed 3, this module's grid, 2026-11-26): 34 of 36 cases meet every tolerance (33 before
 the gated chunked stall counted a rest beyond one budget, the first gate check saw only the
 admitting iteration's stall and a backlogged rank's shorter period kept its stall, 32 before
