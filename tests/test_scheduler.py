@@ -173,11 +173,17 @@ KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
 }
 
 
-def _params():
-    for c in case_ids():
-        gap = KNOWN_GAPS.get(c)
+def _gapped(cases, gaps: dict, ident):
+    """``pytest.param`` per case, a strict xfail where ``gaps`` lists it (a case that starts to pass
+    fails until it is removed from the list)."""
+    for c in cases:
+        gap = gaps.get(c)
         marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
-        yield pytest.param(*c, marks=marks, id=f"d{c[0]}-gate{c[1]}-{c[2]}-load{int(100 * c[3])}")
+        yield pytest.param(*c, marks=marks, id=ident(*c))
+
+
+def _params():
+    return _gapped(case_ids(), KNOWN_GAPS, lambda d, g, b, load: f"d{d}-gate{g}-{b}-load{int(100 * load)}")
 
 
 def des_ok(sim) -> bool:
@@ -228,12 +234,8 @@ KNOWN_GAPS_BALANCED = {  # (gate, budget, load) -> measured miss (model − DES)
 
 
 def _balanced_params():
-    for gate in GATES:
-        for budget in BUDGETS:
-            for load in LOADS:
-                gap = KNOWN_GAPS_BALANCED.get((gate, budget, load))
-                marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
-                yield pytest.param(gate, budget, load, marks=marks, id=f"gate{gate}-{budget}-load{int(100 * load)}")
+    cases = [(g, b, load) for g in GATES for b in BUDGETS for load in LOADS]
+    return _gapped(cases, KNOWN_GAPS_BALANCED, lambda g, b, load: f"gate{g}-{b}-load{int(100 * load)}")
 
 
 @pytest.mark.parametrize("gate, budget, load", list(_balanced_params()))
@@ -546,12 +548,8 @@ MULTI_STEP_GAPS = {  # (steps, budget, load) -> measured miss (model − DES)/DE
 
 
 def _multi_step_params():
-    for steps in (4, 9):
-        for budget in ("none", "flat2048"):
-            for load in LOADS:
-                gap = MULTI_STEP_GAPS.get((steps, budget, load))
-                marks = [pytest.mark.xfail(strict=True, reason=f"known gap: {gap}")] if gap else []
-                yield pytest.param(steps, budget, load, marks=marks, id=f"steps{steps}-{budget}-load{int(100 * load)}")
+    cases = [(n, b, load) for n in (4, 9) for b in ("none", "flat2048") for load in LOADS]
+    return _gapped(cases, MULTI_STEP_GAPS, lambda n, b, load: f"steps{n}-{b}-load{int(100 * load)}")
 
 
 @pytest.mark.parametrize("steps, budget, load", list(_multi_step_params()))
