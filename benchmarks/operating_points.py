@@ -5,7 +5,8 @@ DeepSeek-R1 Server headline on one GB300 NVL72 rack.
                                           [--per-row] [--data FILE]
 
 1. Closed form (infersim.scheduler.engine_queue) vs discrete-event engine (des.simulate_engine)
-   over the grid of tests/test_scheduler.py: signed error (model − DES)/DES in %.
+   over the grid of tests/test_scheduler.py: signed error (model − DES)/DES in %, with the random
+   router (1a, every case) and the balanced router, the engines' own (1b, the 8-rank cases).
 2. ``infersim validate --at-load`` medians over data/mlperf_operating_points.csv; with
    ``--per-row`` (2b) each row's predicted and measured occupancy and TPOT, and the model's TPOT
    at the measured occupancy.
@@ -39,21 +40,23 @@ def des_table(n_requests: int | None = None, seed: int = 3) -> None:
     import test_scheduler as T
 
     n = n_requests or T.N_REQUESTS
-    print(f"1. closed form vs DES ({n:,} requests, seed {seed}; signed error %, tolerance: means 5, p99 TPOT 10, "
-          "p99 TTFT 15)")
     cols = list(T.PAIRS)
-    print(f"{'case':32s} " + " ".join(f"{c:>12s}" for c in cols) + "   flags(cf/des)")
-    n_ok = 0
-    t0 = time.perf_counter()
-    for c in T.case_ids():
-        m, s = T.compare(*c, n_requests=n, seed=seed)
-        errs = {k: 100 * (m[k] / getattr(s, v) - 1) for k, v in T.PAIRS.items()}
-        ok = all(abs(errs[k]) <= 100 * T.TOL[k] for k in cols) and m["ok"] == T.des_ok(s)
-        n_ok += ok
-        name = f"d{c[0]} gate {c[1]} {c[2]} load {int(100 * c[3])}%"
-        print(f"{name:32s} " + " ".join(f"{errs[k]:+12.1f}" for k in cols) + f"   {m['ok']!s:>5}/{T.des_ok(s)!s:<5}"
-              + ("" if ok else "  MISS"))
-    print(f"cases within every tolerance: {n_ok} of {len(list(T.case_ids()))} ({time.perf_counter() - t0:.1f} s)\n")
+    for router in ("random", "balanced"):
+        cases = [c for c in T.case_ids() if router == "random" or c[0] > 1]
+        print(f"1{'a' if router == 'random' else 'b'}. closed form vs DES, {router} router ({n:,} requests, seed {seed}; "
+              "signed error %, tolerance: means 5, p99 TPOT 10, p99 TTFT 15)")
+        print(f"{'case':32s} " + " ".join(f"{c:>12s}" for c in cols) + "   flags(cf/des)")
+        n_ok = 0
+        t0 = time.perf_counter()
+        for c in cases:
+            m, s = T.compare(*c, n_requests=n, seed=seed, router=router)
+            errs = {k: 100 * (m[k] / getattr(s, v) - 1) for k, v in T.PAIRS.items()}
+            ok = all(abs(errs[k]) <= 100 * T.TOL[k] for k in cols) and m["ok"] == T.des_ok(s)
+            n_ok += ok
+            name = f"d{c[0]} gate {c[1]} {c[2]} load {int(100 * c[3])}%"
+            print(f"{name:32s} " + " ".join(f"{errs[k]:+12.1f}" for k in cols)
+                  + f"   {m['ok']!s:>5}/{T.des_ok(s)!s:<5}" + ("" if ok else "  MISS"))
+        print(f"cases within every tolerance: {n_ok} of {len(cases)} ({time.perf_counter() - t0:.1f} s)\n")
 
 
 def at_load(data) -> None:

@@ -6,7 +6,9 @@ asked (``raise_infeasible``); bad input is ``SpecError``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 from typing import Any
 
 from . import optimizations as opt
@@ -136,6 +138,68 @@ class Prediction:
         return d
 
 
+def _slack(res: Result, i: int, j: int, slo) -> float:
+    """How far point (i, j) is inside the latency limits: the smallest 1 − p99/limit of TTFT, TPOT
+    and end-to-end (negative outside); −1 where a limit other than latency breaks (memory, batch
+    cap, token budget, a saturated queue), where no latency figure says how far."""
+    if slo is None:  # Offline: no latency limits
+        return 0.0 if res.ok[i, j] else -1.0
+    if not res.ok[i, j] and Reason(int(res.reason[i, j])) not in (Reason.SLO_TTFT, Reason.SLO_TPOT, Reason.SLO_E2E):
+        return -1.0
+    vals = []
+    for limit_ms, key in ((slo.ttft_ms, "ttft_p99"), (slo.tpot_ms, "tpot_p99"), (slo.e2e_ms, "e2e_p99")):
+        if limit_ms is not None:
+            vals.append(1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / (limit_ms * 1e-3))
+    return min(vals) if vals else (0.0 if res.ok[i, j] else -1.0)
+
+
+def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadStats) -> tuple[Result, int] | None:
+    """The searched batch axis has 4 points per doubling, so the largest batch that meets the limits
+    lies up to 19 % beyond the best point on it. Where the next point breaks a latency limit, the
+    batch is placed at the root of the secant of ``_slack`` through the two points (the p99s grow
+    convexly with the batch, so the secant's root lies just inside the limit) and the best point's
+    layout alone is evaluated there: one evaluation, and a batch that moves continuously with the
+    inputs (calibration needs that), a mean occupancy, not necessarily whole. Where the next point
+    breaks another limit the batch goes to the KV cache's or the batch cap's bound (halfway where
+    that fails too, a limit with no bound to read). Returns (evaluation of that
+    layout alone, batch index 0) where it does better than the axis' point (None otherwise, where
+    the batch is fixed, or where the best point is the axis' last or the next one meets the
+    limits)."""
+    i, j = ij
+    axis = res.unfit.batch if res.unfit is not None else res.batch  # fit_only: the whole axis
+    lo = float(res.batch[j])
+    above = axis[axis > lo]
+    if query.layout.batch is not None or above.size == 0:  # a batch the user fixed is not moved
+        return None
+    hi = float(above[0])
+    scenario = query.inputs.scenario
+    slo = getattr(scenario, "slo", None) if getattr(scenario, "kind", "offline") != "offline" else None
+    col = np.flatnonzero(res.batch == hi)
+    if col.size and res.ok[i, col[0]]:
+        return None
+    s_lo = _slack(res, i, j, slo)
+    s_hi = _slack(res, i, int(col[0]), slo) if col.size else -1.0
+    lay = res.layout_at(i)
+    if s_hi > -1.0 and s_lo - s_hi > 1e-12:  # a latency limit crossed: the secant's root
+        tries = [lo + (hi - lo) * s_lo / (s_lo - s_hi)]
+    else:  # memory or the batch cap: their bound, else halfway (a second try where the bound fails)
+        cap = res.plan.engine.max_batch_size
+        bound = min(float(np.broadcast_to(res.max_batch, res.ok.shape)[i, j]),
+                    float(cap) * lay.dp if cap is not None else np.inf) * (1.0 - 1e-9)
+        tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
+    plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
+                                            dp=(lay.dp,)))  # the best point's layout alone (fit_only cut the axis)
+    for b in tries:
+        if not lo < b < hi:
+            continue
+        at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
+        if at.ok.shape[0] != 1:
+            return None
+        if at.ok[0, 0]:
+            return (at, 0) if at.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
+    return None
+
+
 def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False, **kwargs) -> Prediction:
     """Best operating point (highest output tokens/s per accelerator meeting the limits).
 
@@ -188,6 +252,10 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         return Prediction(query.inputs, n, False, msg, {}, {"round": query.software.round}, {"reasons": reasons},
                           result=last, results=results, skipped=sel.skipped)
     _, res, (i, j) = best
+    fine = refine_best(res, (i, j), query, stats)
+    if fine is not None:
+        results.append(fine[0])
+        res, i, j = fine[0], 0, fine[1]
     config = res.config_at(i, j)
     config["round"] = query.software.round
     if qps is not None:

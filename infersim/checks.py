@@ -51,6 +51,14 @@ def _all_counts(values: tuple, lo: int, hi: int) -> bool:
     return bool(np.all(np.isfinite(a) & (a == np.floor(a)) & (a >= lo) & (a <= hi)))
 
 
+def _all_reals(values: tuple, lo: float, hi: float) -> bool:
+    """Every value a finite number in [lo, hi] (plain ints and floats; a long axis at once)."""
+    if not values or not set(map(type, values)) <= {int, float}:
+        return not values
+    a = np.asarray(values, dtype=float)
+    return bool(np.all(np.isfinite(a) & (a >= lo) & (a <= hi)))
+
+
 def check_price(flag: str, value: Any) -> None:
     """A price in US$: a finite number >= 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
@@ -128,9 +136,11 @@ def check_request(inputs, accelerators=None, *, tp=None, ep=None, dp=None, pp=No
     if wide and not inputs.model.is_moe:
         raise SpecError(f"--ep applies only to mixture-of-experts models; '{inputs.model_id}' is dense (got --ep {wide[0]})")
     values = _values(batch)
-    if not _all_counts(values, 1, MAX_BATCH):  # the per-value check only to name the bad value
-        for v in values:
-            check_count("--batch", v, 1, MAX_BATCH, " sequences per instance")
+    if not _all_reals(values, 1, MAX_BATCH):  # the per-value check only to name the bad value
+        for v in values:  # a mean occupancy: need not be whole
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)) \
+                    or not 1 <= v <= MAX_BATCH:
+                raise SpecError(f"--batch must be a number in [1, {MAX_BATCH:,}] sequences per instance (got {v!r})")
     if price_per_hour is not None:
         check_price("--price-per-hour", price_per_hour)
     check_context(inputs.model, inputs.model_id, inputs.scenario.workload)

@@ -234,7 +234,7 @@ def run_cmd(
     ep: Optional[int] = typer.Option(None, "--ep", help="Fix expert parallelism (else searched)."),
     dp: Optional[int] = typer.Option(None, "--dp", help="Fix attention data parallelism within the TP group (else searched)."),
     pp: Optional[int] = typer.Option(None, "--pp", help="Fix pipeline parallelism (else searched)."),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Fix the decode batch per instance, sequences (else searched)."),
+    batch: Optional[float] = typer.Option(None, "--batch", help="Fix the decode batch per instance, sequences (else searched; the search places a Server/Interactive batch, a mean occupancy, where the tightest latency limit is met, so it need not be whole)."),
     enable: Optional[list[str]] = typer.Option(None, "--enable", help=_ENABLE_HELP),
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=VALUE", help="Optimization parameter (repeatable), e.g. mtp.depth=2."),

@@ -346,9 +346,26 @@ class ShortestFirst:
         return (req for _, req in self._heap)
 
 
+def _route(new, rank, plen, counts, active_tokens):
+    """TensorRT-LLM's attention-DP router for the requests fetched in one iteration: each rank is
+    filled up to the water level max(ceil((active + new)/d), busiest rank's active requests); among
+    the ranks below it the one with the fewest active prompt tokens takes the next request, the
+    longest prompts first (``rank`` is written in place)."""
+    d = len(counts)
+    level = max(-(-(sum(counts) + len(new)) // d), max(counts))
+    heap = [(active_tokens[r], counts[r], r) for r in range(d) if counts[r] < level]
+    heapq.heapify(heap)
+    for req in sorted(new, key=lambda i: -plen[i]):
+        tok, c, r = heapq.heappop(heap)
+        rank[req] = r
+        if c + 1 < level:
+            heapq.heappush(heap, (tok + plen[req], c + 1, r))
+
+
 def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl: tuple, osl: tuple, L: float = 1.0, *,
                     n_requests: int = 20000, percentile: float = 99.0, seed: int = 0, dq: float = 1.0,
-                    warmup_frac: float = 0.15, arrival_scv: float = 1.0, policy: str = "fcfs") -> EngineDes:
+                    warmup_frac: float = 0.15, arrival_scv: float = 1.0, policy: str = "fcfs",
+                    assignment: str | None = None) -> EngineDes:
     """Simulate renewal arrivals at ``rate`` (Poisson by default; gamma gaps of squared coefficient
     of variation ``arrival_scv`` otherwise) into an engine of ``d`` attention ranks.
 
@@ -386,6 +403,11 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     olen = xo[rng.choice(len(xo), n, p=po / po.sum())]
     m = decode_cycles(olen, L)
     rank = rng.integers(0, d, n)
+    assignment = assignment or getattr(engine, "rank_router", "random")
+    if assignment not in ("random", "balanced"):
+        raise ValueError(f"assignment must be 'random' or 'balanced' (got {assignment!r})")
+    balanced = assignment == "balanced" and d > 1
+    active_tokens = [0.0] * d
     cap = engine.max_batch_size if engine.max_batch_size is not None else 1 << 30
     budget = engine.max_num_tokens
     gate = d > 1 and engine.gate_timeout_iters > 0
@@ -414,6 +436,16 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     t_end = arr[-1]
     w0 = horizon * warmup_frac
     while tau < t_end:
+        if balanced:
+            new = []
+            while ptr < n and arr[ptr] <= tau:
+                new.append(ptr)
+                ptr += 1
+            if new:
+                _route(new, rank, plen, [running[r] + len(waiting[r]) for r in range(d)], active_tokens)
+                for req in new:
+                    waiting[rank[req]].append(req)
+                    active_tokens[rank[req]] += plen[req]
         while ptr < n and arr[ptr] <= tau:
             waiting[rank[ptr]].append(ptr)
             ptr += 1
@@ -518,12 +550,14 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
             if m[req] == 0:
                 done[req] = tau
                 running[r] -= 1
+                active_tokens[r] -= plen[req]
             else:
                 decoding[r] += 1
                 heapq.heappush(finish_heap, (k + m[req], r, req))
         while finish_heap and finish_heap[0][0] <= k:
             _, r, req = heapq.heappop(finish_heap)
             done[req] = tau
+            active_tokens[r] -= plen[req]
             running[r] -= 1
             decoding[r] -= 1
         k += 1

@@ -108,6 +108,14 @@ class Engine:
     fused_elementwise: tuple[str, ...] | None = None
     """Elementwise ops (by name) the stack's kernels absorb under ``fusion``; the rest stay their
     own memory-bound kernels (None: every fusable one is absorbed)."""
+    rank_router: str = "balanced"
+    """How an attention-DP engine assigns arriving requests to its ranks. "balanced": TensorRT-LLM's
+    ADP router (``tensorrt_llm/_torch/pyexecutor`` request routing, every fetch): ranks are filled
+    up to the water level max(⌈(active + new)/d⌉, busiest rank's active requests), the rank with the
+    fewest active prompt tokens first, longest prompts first, so a rank's freed slots are refilled
+    and the ranks' counts stay within a few sequences of each other. "random": each request to a
+    uniformly random rank (per-rank counts independent Poisson, the busiest rank far above the mean:
+    the model of an engine that routes without looking at its ranks)."""
 
     def free_tokens(self, decode_tokens_per_rank):
         """Prompt tokens a rank's ``max_num_tokens`` budget leaves beside its decode tokens (at

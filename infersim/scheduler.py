@@ -398,6 +398,44 @@ def capped_tokens(stats: WorkloadStats, count, cap, d):
     return ey, vy, pov, back, stable
 
 
+def rank_backlog(engine, stats: WorkloadStats, backlog, d):
+    """A rank's mean carried backlog (ISL tokens) from ``capped_tokens``'s for a rank fed by a
+    compound Poisson stream of prompts (arrays, d broadcast). Under the balanced router (``Engine.rank_router``) a rank's prompts arrive as
+    its own slots free up: each of its slots is a renewal process (request after request, each
+    living its output's decode iterations), and their superposition, Poisson over one period, counts
+    over many periods with the variance of the output length's SCV c² (the index of dispersion of a
+    renewal process), not 1. The backlog, which integrates many periods, scales as the prompt
+    tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson one."""
+    if engine.rank_router != "balanced":
+        return backlog
+    if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
+        return backlog
+    c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
+    var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
+    factor = min((var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, 1.0)
+    backlog = np.asarray(backlog, dtype=float)
+    with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
+        return np.where((np.asarray(d) > 1) & np.isfinite(backlog), backlog * factor, backlog)
+
+
+def balanced_waiting(engine, stats: WorkloadStats, d, batch, dq, prompt_scale, count):
+    """Prompts a rank holds waiting for its token budget under the balanced router: they hold slots
+    the router counts as taken, so the rank's decoding sequences fall short of the level by them
+    too. The carried backlog (``capped_tokens``, ``rank_backlog``) over E[ISL] at ``count`` prompts
+    per rank per context iteration (the gate's first period, before the budget's fixed point);
+    0 without a budget, with one rank or the random router, and where the rank's queue is
+    unstable (a limit breaks there)."""
+    d = np.asarray(d, dtype=float)
+    if engine.rank_router != "balanced" or engine.max_num_tokens is None or stats.isl_points is None \
+            or not np.any(d > 1):
+        return 0.0
+    cap = engine.free_tokens(np.asarray(batch, dtype=float) / d * dq) / prompt_scale
+    _, _, _, back, stable = capped_tokens(stats, count, cap, d)
+    back = rank_backlog(engine, stats, back, d)
+    with np.errstate(invalid="ignore"):
+        return np.where((d > 1) & stable & np.isfinite(back), back / stats.isl_mean, 0.0)
+
+
 def rest_max(stats: WorkloadStats, p_over, d, n: int = 256):
     """E[max over d ranks of R_r]: R_r = 0 with probability 1 − ``p_over``, else the rest of the
     prompt that straddles the rank's budget, the forward recurrence of the ISL distribution,
@@ -474,15 +512,71 @@ def _build_padded_table(sizes: tuple, d: int):
     return (_padded_exact(sizes, PAD_AXIS, d),)
 
 
-def padded_rows(engine, batch, d):
-    """Expected decode rows per rank: the busiest rank's occupancy (Poisson(B/d) per rank) padded up
-    to the next captured graph size (eager, unpadded, above the largest); tabulated per (sizes, d)
-    over the per-rank occupancy and interpolated in log occupancy."""
+BALANCED_NODES = 20
+"""Support points of the fewest completions over the ranks (``_padded_balanced``)."""
+
+
+def _pad(sizes, rows):
+    """``rows`` (≥ 1) padded up to the next captured size (unpadded above the largest, or every size
+    captured: ``sizes`` None)."""
+    if not sizes:
+        return rows
+    s = np.asarray(sizes, dtype=float)
+    idx = np.searchsorted(s, rows, side="left")
+    return np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], rows)
+
+
+def _padded_balanced(sizes, b, d, mu, cap=None):
+    """E[pad(busiest rank's decoding sequences)] under the balanced router (``Engine.rank_router``):
+    the router refills the ranks' freed slots, so since the last refill rank r holds the level less
+    its j_r completions, j_r ~ Poisson(μ) independent; the busiest rank is b + μ − min_r j_r
+    (b = B/d the mean), P(min j ≥ k) = P(Poisson(μ) ≥ k)^d. A fractional count is the mix of its
+    two neighbouring integers (arrays b, d, mu broadcast)."""
+    b, d, mu = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in (b, d, mu)))
+    if b.size == 0:
+        return b.copy()
+    k = np.arange(BALANCED_NODES, dtype=float)
+    ge = (1.0 - _poisson_cdf(k[1:] - 1.0, mu[..., None])) ** d[..., None]  # P(min j ≥ k), k ≥ 1
+    ge = np.concatenate([np.ones(b.shape + (1,)), ge, np.zeros(b.shape + (1,))], axis=-1)
+    pk = np.maximum(ge[..., :-1] - ge[..., 1:], 0.0)
+    pk = pk / np.maximum(np.sum(pk, axis=-1, keepdims=True), 1e-30)
+    # the instance's count moves the level of every rank together: B' ~ Poisson(B), the level
+    # B'/d ~ Normal(b, b/d) (Gauss-Hermite nodes)
+    mean_min = np.sum(pk * k, axis=-1)
+    if not sizes and cap is None:  # no padding, no cap: the mix is linear, the mean is exact
+        return np.maximum(b + mu - mean_min, 1.0)
+    z, w = _GH
+    lvl = b[..., None] + np.sqrt(np.maximum(b / d, 0.0))[..., None] * z
+    x = np.maximum(lvl[..., :, None] + (mu[..., None] - k)[..., None, :], 1.0)
+    if cap is not None:  # a rank never runs more than its max_batch_size sequences
+        x = np.minimum(x, cap)
+    lo = np.floor(x)
+    f = x - lo
+    val = (1.0 - f) * _pad(sizes, np.maximum(lo, 1.0)) + f * _pad(sizes, lo + 1.0)
+    return np.einsum("...ik,i,...k->...", val, w, pk)
+
+
+_GH = (lambda z, w: (z * np.sqrt(2.0), w / np.sqrt(np.pi)))(*np.polynomial.hermite.hermgauss(7))
+
+
+def padded_rows(engine, batch, d, refill=None):
+    """Expected decode rows per rank: the busiest rank's occupancy padded up to the next captured
+    graph size (eager, unpadded, above the largest). Balanced router (``Engine.rank_router``): the
+    mean plus the spread of the completions since the last refill, ``refill`` of them per rank on
+    average (``_padded_balanced``); random: Poisson(B/d) per rank, tabulated per (sizes, d) over the
+    per-rank occupancy and interpolated in log occupancy."""
     b, d = np.broadcast_arrays(np.asarray(batch, dtype=float) / d, np.asarray(d, dtype=float))
     sizes = engine.graph_sizes
     out = np.array(b, dtype=float, copy=True)
+    balanced = engine.rank_router == "balanced" and refill is not None
+    if balanced and np.any(d > 1):
+        multi = d > 1
+        out[multi] = _padded_balanced(sizes, b[multi], d[multi], np.broadcast_to(refill, b.shape)[multi],
+                                      engine.max_batch_size)
     for dv in np.unique(d):
         if sizes is None and dv == 1:  # one rank, every size captured: the mean occupancy itself
+            continue
+        if balanced and dv > 1:
             continue
         sel = d == dv
         bb = np.clip(b[sel], PAD_AXIS[0], PAD_AXIS[-1])
@@ -640,15 +734,19 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
-    # the decode step's slope dt_d/dB for the decode count's drift (serving.decode_drift)
-    up = batch * (1.0 + DRIFT_STEP)
-    t_up = (decode_time_at or (lambda r, b: decode_time(r)))(padded_rows(engine, up, d), up)
-    rows = padded_rows(engine, batch, d)
-    t_d = decode_time(rows)
-    slope = (t_up - t_d) / (up - batch)
     # Little's law on the decode side: B·L/OSL prompts arrive per iteration
     per_iter = batch * L / (stats.osl_mean * d)
     eg, vg, g3 = gate_moments(engine, batch, d, per_iter)
+    # balanced router: a rank's freed slots are refilled at the next admission; on average a
+    # decode iteration sees the completions of half a period since (as many as the arrivals),
+    # and the prompts a rank holds waiting for its token budget
+    refill = per_iter * (eg + 1.0) / 2.0 + balanced_waiting(engine, stats, d, batch, dq, prompt_scale, per_iter * eg)
+    # the decode step's slope dt_d/dB for the decode count's drift (serving.decode_drift)
+    up = batch * (1.0 + DRIFT_STEP)
+    t_up = (decode_time_at or (lambda r, b: decode_time(r)))(padded_rows(engine, up, d, refill * (1.0 + DRIFT_STEP)), up)
+    rows = padded_rows(engine, batch, d, refill)
+    t_d = decode_time(rows)
+    slope = (t_up - t_d) / (up - batch)
     gated = (d > 1) & (engine.gate_timeout_iters > 0)
     budget = engine.max_num_tokens is not None and stats.isl_points is not None
     # ISL tokens a rank can take per context iteration: its budget left beside its decode tokens
@@ -683,6 +781,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # by the capped / uncapped ratio at the ranks' mean arrivals per context iteration
             m_true = batch * L / stats.osl_mean * eg / d
             c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d)
+            backlog = rank_backlog(engine, stats, backlog, d)
             u_mean, u_var = busiest_tokens(stats, m_true, d)
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
@@ -754,6 +853,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # queue is then at 95 % load, where 1 % more arrivals is 20 % more backlog)
             m_back = rate * (eg_b * t_d + stall) / d
             _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d)
+            backlog = rank_backlog(engine, stats, backlog, d)
         else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
             p_over = carried
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
@@ -769,6 +869,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
             rate_it = request_rate(batch, t_d, s_mean, L, stats)
             _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d)
+            back_u = rank_backlog(engine, stats, back_u, d)
             p_over = np.where(ungated, p_u, p_over)
             backlog = np.where(ungated, back_u, backlog)
             stable = np.where(ungated, stable_u, stable)
@@ -1033,8 +1134,13 @@ def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=N
     reason = np.zeros(shape, dtype=np.int8)
     if e.max_batch_size is not None:
         cap = float(e.max_batch_size)
-        # the chance a rank is full (Poisson occupancy) stays below 1 − q
+        # the chance a rank is full (Poisson occupancy) stays below 1 − q; under the balanced router
+        # a request waits for a slot only when every rank is full (the router fills any rank below
+        # the level), the instance's Poisson(B) count at d × the cap
         full = 1.0 - _poisson_cdf(cap - 1.0, b)
+        if e.rank_router == "balanced":
+            dd = np.broadcast_to(np.asarray(d, dtype=float), np.shape(b))
+            full = np.where(dd > 1, 1.0 - _poisson_cdf(dd * cap - 1.0, b * dd), full)
         ok, reason = require(ok, reason, (b <= cap) & (full <= 1.0 - q), Reason.BATCH_LIMIT)
     if e.max_num_tokens is not None:
         free = e.max_num_tokens - b * dq

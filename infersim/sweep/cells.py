@@ -92,9 +92,13 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
                 best = (float(res.score[ij]), k, ij)
         if best is not None:
             _, k, (i, j) = best
-            mask = np.zeros(results[k].ok.shape, dtype=bool)
+            res = results[k]
+            fine = api.refine_best(res, (i, j), query, stats)  # the batch placed as ``api.predict`` does
+            if fine is not None:
+                (res, j), i = fine, 0
+            mask = np.zeros(res.ok.shape, dtype=bool)
             mask[i, j] = True
-            parts.append((results[k], mask))
+            parts.append((res, mask))
     elif cell.keep == "pareto":
         per_user = [r.metrics["tokens_per_s_per_user"] for r in results]
         per_acc = [r.metrics["tokens_per_s_per_accelerator"] for r in results]
