@@ -7,15 +7,15 @@ asked (``raise_infeasible``); bad input is ``SpecError``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
-from typing import Any
 
 from . import optimizations as opt
 from . import search
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import resolve_formats
-from .grid import Result
+from .grid import Result, latency_limits
 from .plan import Plan, SearchSpace, Serving
 from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, load_inputs
 from .serving import WorkloadStats
@@ -138,18 +138,14 @@ class Prediction:
         return d
 
 
-def _slack(res: Result, i: int, j: int, slo) -> float:
-    """How far point (i, j) is inside the latency limits: the smallest 1 − p99/limit of TTFT, TPOT
-    and end-to-end (negative outside); −1 where a limit other than latency breaks (memory, batch
+def _slack(res: Result, i: int, j: int, limits) -> float:
+    """How far point (i, j) is inside the latency ``limits`` (``grid.latency_limits``): the smallest
+    1 − p99/limit (negative outside); −1 where a limit other than latency breaks (memory, batch
     cap, token budget, a saturated queue), where no latency figure says how far."""
-    if slo is None:  # Offline: no latency limits
-        return 0.0 if res.ok[i, j] else -1.0
-    if not res.ok[i, j] and Reason(int(res.reason[i, j])) not in (Reason.SLO_TTFT, Reason.SLO_TPOT, Reason.SLO_E2E):
+    if not res.ok[i, j] and Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}:
         return -1.0
-    vals = []
-    for limit_ms, key in ((slo.ttft_ms, "ttft_p99"), (slo.tpot_ms, "tpot_p99"), (slo.e2e_ms, "e2e_p99")):
-        if limit_ms is not None:
-            vals.append(1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / (limit_ms * 1e-3))
+    vals = [1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / limit_s
+            for _, key, limit_s in limits]
     return min(vals) if vals else (0.0 if res.ok[i, j] else -1.0)
 
 
@@ -173,12 +169,12 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
         return None
     hi = float(above[0])
     scenario = query.inputs.scenario
-    slo = getattr(scenario, "slo", None) if getattr(scenario, "kind", "offline") != "offline" else None
+    limits = latency_limits(scenario)
     col = np.flatnonzero(res.batch == hi)
     if col.size and res.ok[i, col[0]]:
         return None
-    s_lo = _slack(res, i, j, slo)
-    s_hi = _slack(res, i, int(col[0]), slo) if col.size else -1.0
+    s_lo = _slack(res, i, j, limits)
+    s_hi = _slack(res, i, int(col[0]), limits) if col.size else -1.0
     lay = res.layout_at(i)
     if s_hi > -1.0 and s_lo - s_hi > 1e-12:  # a latency limit crossed: the secant's root
         tries = [lo + (hi - lo) * s_lo / (s_lo - s_hi)]

@@ -39,18 +39,6 @@ def check_count(flag: str, value: Any, lo: int, hi: int, unit: str = "") -> None
         raise SpecError(f"{flag} must be a whole number in [{lo}, {hi:,}]{unit} (got {value!r})")
 
 
-def _all_counts(values: tuple, lo: int, hi: int) -> bool:
-    """Every value a whole number in [lo, hi] (``check_count``'s test for a long axis at once:
-    plain ints and floats only, anything else goes to the per-value check)."""
-    if not values or not set(map(type, values)) <= {int, float}:
-        return not values
-    try:
-        a = np.asarray(values, dtype=float)
-    except OverflowError:
-        return False
-    return bool(np.all(np.isfinite(a) & (a == np.floor(a)) & (a >= lo) & (a <= hi)))
-
-
 def _all_reals(values: tuple, lo: float, hi: float) -> bool:
     """Every value a finite number in [lo, hi] (plain ints and floats; a long axis at once)."""
     if not values or not set(map(type, values)) <= {int, float}:

@@ -403,7 +403,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     olen = xo[rng.choice(len(xo), n, p=po / po.sum())]
     m = decode_cycles(olen, L)
     rank = rng.integers(0, d, n)
-    assignment = assignment or getattr(engine, "rank_router", "random")
+    assignment = assignment or engine.rank_router
     if assignment not in ("random", "balanced"):
         raise ValueError(f"assignment must be 'random' or 'balanced' (got {assignment!r})")
     balanced = assignment == "balanced" and d > 1
@@ -446,7 +446,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                 for req in new:
                     waiting[rank[req]].append(req)
                     active_tokens[rank[req]] += plen[req]
-        while ptr < n and arr[ptr] <= tau:
+        while ptr < n and arr[ptr] <= tau:  # random router: each request to its drawn rank
             waiting[rank[ptr]].append(ptr)
             ptr += 1
         if sum(running) == 0 and not any(waiting):

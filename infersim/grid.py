@@ -36,17 +36,23 @@ def apply_limits(ok, reason, res: ServingResult, scenario):
     """
     if getattr(scenario, "kind", "offline") == "offline":
         return ok, reason
-    slo = scenario.slo
     finite = np.isfinite(res.ttft_p99) & np.isfinite(res.tpot_p99) & (np.asarray(res.prefill_share) < 1)
     ok, reason = require(ok, reason, finite, Reason.SATURATED)
     with np.errstate(invalid="ignore"):
-        if slo.ttft_ms is not None:
-            ok, reason = require(ok, reason, res.ttft_p99 <= slo.ttft_ms * 1e-3, Reason.SLO_TTFT)
-        if slo.tpot_ms is not None:
-            ok, reason = require(ok, reason, res.tpot_p99 <= slo.tpot_ms * 1e-3, Reason.SLO_TPOT)
-        if slo.e2e_ms is not None:
-            ok, reason = require(ok, reason, res.e2e_p99 <= slo.e2e_ms * 1e-3, Reason.SLO_E2E)
+        for code, key, limit_s in latency_limits(scenario):
+            ok, reason = require(ok, reason, getattr(res, key) <= limit_s, code)
     return ok, reason
+
+
+def latency_limits(scenario) -> list[tuple[Reason, str, float]]:
+    """The scenario's latency limits as (reason code, ``ServingResult`` field, limit in seconds):
+    p99 TTFT, TPOT and end-to-end where set; none in Offline."""
+    if getattr(scenario, "kind", "offline") == "offline":
+        return []
+    slo = scenario.slo
+    return [(code, key, ms * 1e-3) for code, key, ms in ((Reason.SLO_TTFT, "ttft_p99", slo.ttft_ms),
+                                                         (Reason.SLO_TPOT, "tpot_p99", slo.tpot_ms),
+                                                         (Reason.SLO_E2E, "e2e_p99", slo.e2e_ms)) if ms is not None]
 
 
 def contract_metrics(system_tokens_per_s, res: ServingResult, accelerators: int, stats: WorkloadStats,

@@ -376,10 +376,11 @@ def _bilinear(tables, lx, ly, x, y):
             + (1 - fx) * fy * tables[:, i, j + 1] + fx * fy * tables[:, i + 1, j + 1])
 
 
-def capped_tokens(stats: WorkloadStats, count, cap, d):
+def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random"):
     """The busiest rank's prompt tokens per context iteration when a rank takes at most ``cap``
     ISL tokens (``_capped_table``): (E[Y], Var[Y], P(a rank carries a backlog), mean backlog in
-    ISL tokens, stable). ``count``: expected new prompts per rank per context iteration."""
+    ISL tokens, stable). ``count``: expected new prompts per rank per context iteration;
+    ``router``: ``Engine.rank_router`` (its arrivals' dispersion sets the backlog, ``rank_backlog``)."""
     count, cap, d = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(cap, dtype=float), np.asarray(d))
     ey, vy, pov, back = (np.zeros(count.shape) for _ in range(4))
     stable = count * stats.isl_mean < cap
@@ -395,20 +396,18 @@ def capped_tokens(stats: WorkloadStats, count, cap, d):
         back[sel] = np.exp(lb)  # over Kingman's backlog (linear in the count below the axis, as it)
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.where(stable, back * count * stats.isl_sq / (2.0 * (cap - count * stats.isl_mean)), np.inf)
-    return ey, vy, pov, back, stable
+    return ey, vy, pov, rank_backlog(router, stats, back, d), stable
 
 
-def rank_backlog(engine, stats: WorkloadStats, backlog, d):
-    """A rank's mean carried backlog (ISL tokens) from ``capped_tokens``'s for a rank fed by a
-    compound Poisson stream of prompts (arrays, d broadcast). Under the balanced router (``Engine.rank_router``) a rank's prompts arrive as
-    its own slots free up: each of its slots is a renewal process (request after request, each
+def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
+    """A rank's mean carried backlog (ISL tokens) from the one of a rank fed by a compound Poisson
+    stream of prompts (arrays, d broadcast). Under the balanced router (``Engine.rank_router``) a
+    rank's prompts arrive as its own slots free up: each of its slots is a renewal process (request after request, each
     living its output's decode iterations), and their superposition, Poisson over one period, counts
     over many periods with the variance of the output length's SCV c² (the index of dispersion of a
     renewal process), not 1. The backlog, which integrates many periods, scales as the prompt
     tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson one."""
-    if engine.rank_router != "balanced":
-        return backlog
-    if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
+    if router != "balanced" or not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog
     c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
@@ -418,20 +417,17 @@ def rank_backlog(engine, stats: WorkloadStats, backlog, d):
         return np.where((np.asarray(d) > 1) & np.isfinite(backlog), backlog * factor, backlog)
 
 
-def balanced_waiting(engine, stats: WorkloadStats, d, batch, dq, prompt_scale, count):
+def balanced_waiting(engine, stats: WorkloadStats, d, cap, count):
     """Prompts a rank holds waiting for its token budget under the balanced router: they hold slots
     the router counts as taken, so the rank's decoding sequences fall short of the level by them
-    too. The carried backlog (``capped_tokens``, ``rank_backlog``) over E[ISL] at ``count`` prompts
-    per rank per context iteration (the gate's first period, before the budget's fixed point);
-    0 without a budget, with one rank or the random router, and where the rank's queue is
-    unstable (a limit breaks there)."""
+    too. The carried backlog (``capped_tokens``) over E[ISL] at ``count`` prompts per rank per
+    context iteration (the gate's first period, before the budget's fixed point) and ``cap`` ISL
+    tokens a rank takes per context iteration (None: no budget); 0 without a budget, with one rank
+    or the random router, and where the rank's queue is unstable (a limit breaks there)."""
     d = np.asarray(d, dtype=float)
-    if engine.rank_router != "balanced" or engine.max_num_tokens is None or stats.isl_points is None \
-            or not np.any(d > 1):
+    if engine.rank_router != "balanced" or cap is None or not np.any(d > 1):
         return 0.0
-    cap = engine.free_tokens(np.asarray(batch, dtype=float) / d * dq) / prompt_scale
-    _, _, _, back, stable = capped_tokens(stats, count, cap, d)
-    back = rank_backlog(engine, stats, back, d)
+    _, _, _, back, stable = capped_tokens(stats, count, cap, d, engine.rank_router)
     with np.errstate(invalid="ignore"):
         return np.where((d > 1) & stable & np.isfinite(back), back / stats.isl_mean, 0.0)
 
@@ -481,6 +477,16 @@ def _poisson_cdf(k, mean):
     return 1.0 - gamma_cdf(mean, k + 1.0, k + 1.0)
 
 
+def _pad(sizes, rows):
+    """``rows`` (≥ 1) padded up to the next captured size (unpadded above the largest, or every size
+    captured: ``sizes`` None)."""
+    if not sizes:
+        return rows
+    s = np.asarray(sizes, dtype=float)
+    idx = np.searchsorted(s, rows, side="left")
+    return np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], rows)
+
+
 def _padded_exact(sizes, b, d):
     """E[pad(max of d Poisson(b))] (arrays b, d broadcast; sizes ascending tuple or None)."""
     sd = np.sqrt(np.maximum(b, 1e-12))
@@ -490,11 +496,7 @@ def _padded_exact(sizes, b, d):
     ks = np.floor(lo[..., None] + u * (top - lo)[..., None])  # increasing integer support points
     fmax = _poisson_cdf(ks, b[..., None]) ** np.asarray(d, dtype=float)[..., None]
     pm = np.diff(np.concatenate([np.zeros_like(fmax[..., :1]), fmax], axis=-1), axis=-1)
-    vals = np.maximum(ks, 1.0)
-    if sizes:
-        s = np.asarray(sizes, dtype=float)
-        idx = np.searchsorted(s, vals, side="left")
-        vals = np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], vals)
+    vals = _pad(sizes, np.maximum(ks, 1.0))
     return np.sum(pm * vals, axis=-1) / np.maximum(np.sum(pm, axis=-1), 1e-30)
 
 
@@ -516,16 +518,6 @@ BALANCED_NODES = 20
 """Support points of the fewest completions over the ranks (``_padded_balanced``)."""
 
 
-def _pad(sizes, rows):
-    """``rows`` (≥ 1) padded up to the next captured size (unpadded above the largest, or every size
-    captured: ``sizes`` None)."""
-    if not sizes:
-        return rows
-    s = np.asarray(sizes, dtype=float)
-    idx = np.searchsorted(s, rows, side="left")
-    return np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], rows)
-
-
 def _padded_balanced(sizes, b, d, mu, cap=None):
     """E[pad(busiest rank's decoding sequences)] under the balanced router (``Engine.rank_router``):
     the router refills the ranks' freed slots, so since the last refill rank r holds the level less
@@ -540,11 +532,10 @@ def _padded_balanced(sizes, b, d, mu, cap=None):
     ge = np.concatenate([np.ones(b.shape + (1,)), ge, np.zeros(b.shape + (1,))], axis=-1)
     pk = np.maximum(ge[..., :-1] - ge[..., 1:], 0.0)
     pk = pk / np.maximum(np.sum(pk, axis=-1, keepdims=True), 1e-30)
+    if not sizes and cap is None:  # no padding, no cap: the mix is linear, the mean is exact
+        return np.maximum(b + mu - np.sum(pk * k, axis=-1), 1.0)
     # the instance's count moves the level of every rank together: B' ~ Poisson(B), the level
     # B'/d ~ Normal(b, b/d) (Gauss-Hermite nodes)
-    mean_min = np.sum(pk * k, axis=-1)
-    if not sizes and cap is None:  # no padding, no cap: the mix is linear, the mean is exact
-        return np.maximum(b + mu - mean_min, 1.0)
     z, w = _GH
     lvl = b[..., None] + np.sqrt(np.maximum(b / d, 0.0))[..., None] * z
     x = np.maximum(lvl[..., :, None] + (mu[..., None] - k)[..., None, :], 1.0)
@@ -569,8 +560,8 @@ def padded_rows(engine, batch, d, refill=None):
     sizes = engine.graph_sizes
     out = np.array(b, dtype=float, copy=True)
     balanced = engine.rank_router == "balanced" and refill is not None
-    if balanced and np.any(d > 1):
-        multi = d > 1
+    multi = d > 1
+    if balanced and np.any(multi):
         out[multi] = _padded_balanced(sizes, b[multi], d[multi], np.broadcast_to(refill, b.shape)[multi],
                                       engine.max_batch_size)
     for dv in np.unique(d):
@@ -737,20 +728,20 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     # Little's law on the decode side: B·L/OSL prompts arrive per iteration
     per_iter = batch * L / (stats.osl_mean * d)
     eg, vg, g3 = gate_moments(engine, batch, d, per_iter)
+    gated = (d > 1) & (engine.gate_timeout_iters > 0)
+    budget = engine.max_num_tokens is not None and stats.isl_points is not None
+    # ISL tokens a rank can take per context iteration: its budget left beside its decode tokens
+    cap = engine.free_tokens(batch / d * dq) / prompt_scale if budget else None
     # balanced router: a rank's freed slots are refilled at the next admission; on average a
     # decode iteration sees the completions of half a period since (as many as the arrivals),
     # and the prompts a rank holds waiting for its token budget
-    refill = per_iter * (eg + 1.0) / 2.0 + balanced_waiting(engine, stats, d, batch, dq, prompt_scale, per_iter * eg)
+    refill = per_iter * (eg + 1.0) / 2.0 + balanced_waiting(engine, stats, d, cap, per_iter * eg)
     # the decode step's slope dt_d/dB for the decode count's drift (serving.decode_drift)
     up = batch * (1.0 + DRIFT_STEP)
     t_up = (decode_time_at or (lambda r, b: decode_time(r)))(padded_rows(engine, up, d, refill * (1.0 + DRIFT_STEP)), up)
     rows = padded_rows(engine, batch, d, refill)
     t_d = decode_time(rows)
     slope = (t_up - t_d) / (up - batch)
-    gated = (d > 1) & (engine.gate_timeout_iters > 0)
-    budget = engine.max_num_tokens is not None and stats.isl_points is not None
-    # ISL tokens a rank can take per context iteration: its budget left beside its decode tokens
-    cap = engine.free_tokens(batch / d * dq) / prompt_scale if budget else None
     if budget and engine.chunked_prefill:
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
@@ -780,8 +771,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if budget:  # at most ``cap`` per rank, the rest carried: the busiest rank's share shrinks
             # by the capped / uncapped ratio at the ranks' mean arrivals per context iteration
             m_true = batch * L / stats.osl_mean * eg / d
-            c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d)
-            backlog = rank_backlog(engine, stats, backlog, d)
+            c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d, engine.rank_router)
             u_mean, u_var = busiest_tokens(stats, m_true, d)
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
@@ -852,8 +842,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # iterations and 1.2 % shorter than the mean one, 82.0 against 83.0 ms; the rank's
             # queue is then at 95 % load, where 1 % more arrivals is 20 % more backlog)
             m_back = rate * (eg_b * t_d + stall) / d
-            _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d)
-            backlog = rank_backlog(engine, stats, backlog, d)
+            _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d, engine.rank_router)
         else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
             p_over = carried
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
@@ -868,8 +857,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # 405B B200 Server at 0.95 qps per instance: TTFT p99 4.57 s; at the mean iteration's
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
             rate_it = request_rate(batch, t_d, s_mean, L, stats)
-            _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d)
-            back_u = rank_backlog(engine, stats, back_u, d)
+            _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d, engine.rank_router)
             p_over = np.where(ungated, p_u, p_over)
             backlog = np.where(ungated, back_u, backlog)
             stable = np.where(ungated, stable_u, stable)
