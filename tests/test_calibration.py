@@ -459,8 +459,9 @@ def test_held_out_round_is_between_its_fitted_neighbours():
     assert held_out_round(result, "v4.0")["kernel_efficiency"] == pytest.approx(0.8)
 
 
-def _die_folder(tmp_path, **kernels_as):
-    """Pinned profiles in a user folder, ``kernels_as`` set as given (profile -> sibling)."""
+def _die_folder(tmp_path, host_as=None, **kernels_as):
+    """Pinned profiles in a user folder, ``kernels_as`` (and ``host_as``) set as given (profile ->
+    sibling)."""
     from infersim.specs import dump_spec
     from strategies import pinned
 
@@ -470,6 +471,8 @@ def _die_folder(tmp_path, **kernels_as):
         hw = pinned(catalog.load("hardware", hw_id))
         if hw_id in kernels_as:
             hw = with_efficiency(hw, kernels_as=kernels_as[hw_id])
+        if host_as and hw_id in host_as:
+            hw = with_efficiency(hw, host_as=host_as[hw_id])
         (root / f"{hw_id}.yaml").write_text(dump_spec(hw))
     return root.parent
 
@@ -495,6 +498,26 @@ def test_profiles_on_one_die_fit_one_kernel_efficiency_and_their_own_host_cost(t
     assert own.hardware["h200-sxm"]["compute_fraction"] == pytest.approx(0.70, rel=0.03)
 
 
+def test_profiles_on_one_host_fit_one_host_cost_and_their_own_kernels(tmp_path, monkeypatch):
+    # rows generated with different host costs per step (1 and 3 ms) and compute fractions: tied by
+    # host_as, the two profiles get one host cost between them and each its own compute fraction
+    keys = KEYS[:5] + KEYS[-2:]
+    rows = synthetic_rows("h100-sxm", {"step_overhead_ms": 1.0, "compute_fraction": 0.55}, keys=keys) + \
+        synthetic_rows("h200-sxm", {"step_overhead_ms": 3.0, "compute_fraction": 0.70}, keys=keys)
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path, host_as={"h200-sxm": "h100-sxm"})))
+    tied = accuracy.calibrate(rows, fit_rounds=False, parameters=("compute_fraction", "step_overhead_ms"),
+                              prior_weight=0.0, max_nfev=20)
+    s100, s200 = (tied.hardware[h]["step_overhead_ms"] for h in ("h100-sxm", "h200-sxm"))
+    assert s100 == s200 and 1.0 < s100 < 3.0
+    assert {"h100-sxm.compute_fraction", "h200-sxm.compute_fraction"} <= set(tied.parameters)
+    assert any("h200-sxm carries h100-sxm's host (host_as): step_overhead_ms" in n for n in tied.notes)
+    from infersim.accuracy.fit import sharing
+    from infersim.accuracy.runner import Runner
+
+    assert sharing(Runner(), ["h100-sxm", "h200-sxm"], "host_as")[0] == {"h200-sxm": "h100-sxm"}
+    assert sharing(Runner(), ["h100-sxm", "h200-sxm"], "kernels_as")[0] == {}
+
+
 def test_kernels_as_must_name_a_profile_and_not_loop(tmp_path, monkeypatch):
     from infersim.accuracy.fit import die_sharing
     from infersim.accuracy.runner import Runner
@@ -516,3 +539,4 @@ def test_kernels_as_must_name_a_profile_and_not_loop(tmp_path, monkeypatch):
 def test_shipped_nvl72_profiles_carry_their_hgx_siblings_die():
     assert catalog.load_hardware("gb200-nvl72").efficiency.kernels_as == "b200"
     assert catalog.load_hardware("gb300-nvl72").efficiency.kernels_as == "b300"
+    assert catalog.load_hardware("gb300-nvl72").efficiency.host_as == "gb200-nvl72"  # both on Grace

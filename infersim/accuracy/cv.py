@@ -25,8 +25,8 @@ import numpy as np
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
 from .fit import (DEFAULT_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults, round_defaults,
-                  round_sig)
-from .params import HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS
+                  round_sig, tie_root)
+from .params import HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
 from .runner import Runner, runner_for
@@ -50,8 +50,9 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     -----
     Same die (``kernels_as``, in either direction, e.g. B300 and GB300 NVL72): the kernel
     efficiencies (``params.KERNEL_PARAMETERS``, fractions of the die's own peaks) are the fitted
-    sibling's, the median where several are fitted, as calibrate would tie them; the per-step
-    host cost is the system's CPU, not the die's, and takes the fleet's.
+    sibling's, the median where several are fitted, as calibrate would tie them. Same host
+    (``host_as``, e.g. GB200 and GB300 NVL72 on Grace): the per-step host cost
+    (``params.HOST_PARAMETERS``) is the fitted sibling's; otherwise the fleet's.
     Otherwise, for a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over
     the fitted hardware h, where p_default is the documented (spec-sheet) default, never a fitted
     value; clipped to the parameter's range. Other parameters (small-GEMM knee, step overhead) take
@@ -60,14 +61,18 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     run = runner or Runner(result.presets_dir)
     names = sorted({n for v in result.hardware.values() for n in v})
     default = hardware_defaults(run, hw_id, names)
-    die = die_root(run, hw_id)
+    die, host = die_root(run, hw_id), tie_root(run, hw_id, "host_as")
     siblings = [h for h in result.hardware if h != hw_id and die_root(run, h) == die]
+    hosts = [h for h in result.hardware if h != hw_id and tie_root(run, h, "host_as") == host]
     out = {}
     for name in names:
         fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
         same_die = [v for h, v in fitted if h in siblings]
+        same_host = [v for h, v in fitted if h in hosts]
         if same_die and name in KERNEL_PARAMETERS:
             value = float(np.median(same_die))
+        elif same_host and name in HOST_PARAMETERS:
+            value = float(np.median(same_host))
         elif name in SCALE_PARAMETERS:
             ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted if result.defaults.get(f"{h}.{name}")]
             value = default[name] * float(np.median(ratios))

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import SpecError
 from .data import PredictionKey, Row, as_rows, data_label, frontier_mask, row_keys, version_key
-from .params import (HARDWARE_RANGES, KERNEL_PARAMETERS, ROUND_FACTORS, Parameter, bound_findings, check_names,
+from .params import (HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS, Parameter, bound_findings, check_names,
                      hardware_parameters, monotone_violations, round_values, step_support)
 from .params import round_parameters as _round_params
 from .progress import Progress
@@ -164,46 +164,63 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
 
 
-def die_root(runner: Runner, h: str) -> str:
-    """The profile at the end of ``h``'s ``kernels_as`` chain (``h`` itself where it names none).
+TIES = {"kernels_as": ("die", KERNEL_PARAMETERS), "host_as": ("host", HOST_PARAMETERS)}
+"""Efficiency fields naming a sibling profile → (what the two share, the parameters tied by it)."""
 
-    Raises SpecError when ``kernels_as`` names no hardware profile or forms a cycle."""
+
+def tie_root(runner: Runner, h: str, field: str = "kernels_as") -> str:
+    """The profile at the end of ``h``'s ``field`` chain (``kernels_as`` or ``host_as``; ``h``
+    itself where it names none).
+
+    Raises SpecError when the field names no hardware profile or forms a cycle."""
     from ..specs import catalog
 
     def sibling(g: str) -> str | None:
-        k = runner.base_hardware(g).efficiency.kernels_as
+        k = getattr(runner.base_hardware(g).efficiency, field)
         if k is None:
             return None
         try:
             return catalog.profile_id("hardware", k)
         except SpecError as e:
-            raise SpecError(f"{g}: efficiency.kernels_as '{k}' is not a hardware profile ({e})") from None
+            raise SpecError(f"{g}: efficiency.{field} '{k}' is not a hardware profile ({e})") from None
 
     root, seen = h, {h}
     while (k := sibling(root)) is not None and k != root:
         if k in seen:
-            raise SpecError(f"{h}: efficiency.kernels_as forms a cycle ({' -> '.join(sorted(seen))})")
+            raise SpecError(f"{h}: efficiency.{field} forms a cycle ({' -> '.join(sorted(seen))})")
         seen.add(k)
         root = k
     return root
 
 
-def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """{profile: profile whose kernel efficiencies it takes} among ``hw_ids`` (``kernels_as``,
-    followed to the end of a chain, ``die_root``), and notes for a sibling outside the fit.
+def die_root(runner: Runner, h: str) -> str:
+    """``tie_root`` along ``kernels_as``: the profile whose GPU die ``h`` carries."""
+    return tie_root(runner, h, "kernels_as")
 
-    Raises SpecError when ``kernels_as`` names no hardware profile or forms a cycle."""
+
+def sharing(runner: Runner, hw_ids: Sequence[str], field: str = "kernels_as") -> tuple[dict[str, str], list[str]]:
+    """{profile: profile whose ``field`` parameters it takes} among ``hw_ids`` (``TIES``: the die's
+    kernel efficiencies or the host's cost per step, followed to the end of a chain), and notes
+    for a sibling outside the fit.
+
+    Raises SpecError when the field names no hardware profile or forms a cycle."""
+    what = TIES[field][0]
     share, notes = {}, []
     for h in hw_ids:
-        root = die_root(runner, h)
+        root = tie_root(runner, h, field)
         if root == h:
             continue
         if root in hw_ids:
             share[h] = root
         else:
-            notes.append(f"{h} carries {root}'s die (kernels_as) but {root} has no rows in this fit: "
-                         f"{h}'s kernel efficiencies are fitted on its own rows")
+            notes.append(f"{h} carries {root}'s {what} ({field}) but {root} has no rows in this fit: "
+                         f"{h}'s {', '.join(TIES[field][1])} fitted on its own rows")
     return share, notes
+
+
+def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """``sharing`` along ``kernels_as``."""
+    return sharing(runner, hw_ids, "kernels_as")
 
 
 def round_defaults(names: Sequence[str]) -> dict[str, float]:
@@ -354,21 +371,29 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         skipped: dict[str, str] = {h: "no usable frontier rows" for h in (scope or ()) if h not in hw_ids}
         hw_counts = {h: sum(fr.key.hardware == h for fr in fit) for h in hw_ids}
         params: list[Parameter] = []
-        # profiles carrying the same die fit one value of each kernel efficiency (on both's rows)
+        # profiles carrying the same die fit one value of each kernel efficiency, profiles carrying
+        # the same host one value of its cost per step (on both's rows): (profile, parameter) → owner
         share, notes = die_sharing(run, hw_ids)
-        tied = tuple(n for n in parameters if n in KERNEL_PARAMETERS)
+        ties: dict[tuple[str, str], tuple[str, str]] = {}
+        for field, (_, names_t) in TIES.items():
+            tie_map, ns = (share, []) if field == "kernels_as" else sharing(run, hw_ids, field)
+            notes += ns
+            for d, c in tie_map.items():
+                ties.update({(d, n): (c, field) for n in parameters if n in names_t})
         unexercised = _unexercised(hw_ids, share, fit, ops, [n for n in parameters if n in MOE_PARAMETERS])
+        sharers = {d for d, _ in ties}
         for h in hw_ids:
-            own = [n for n in parameters if not (h in share and n in tied) and (h, n) not in unexercised]
-            rows_h = hw_counts[h] + sum(hw_counts[d] for d, c in share.items() if c == h)
-            if rows_h < min_rows or (h in share and hw_counts[h] < min_rows):
+            own = [n for n in parameters if (h, n) not in ties and (h, n) not in unexercised]
+            rows_h = hw_counts[h] + sum(hw_counts[d] for d in {d for (d, _), (c, _) in ties.items() if c == h})
+            if rows_h < min_rows or (h in sharers and hw_counts[h] < min_rows):
                 skipped[h] = f"{hw_counts[h]} frontier row(s) < min_rows={min_rows}"
                 continue
             ps, ns = hardware_parameters(h, own, base_hw[h], defaults_hw[h])
             params += ps
             notes += ns
-        for d, c in share.items():
-            notes.append(f"{d} carries {c}'s die (kernels_as): {', '.join(tied)} fitted as {c}'s, on both's rows")
+        for (d, c, field) in sorted({(d, c, f) for (d, _), (c, f) in ties.items()}):
+            names_t = ", ".join(n for n in parameters if ties.get((d, n)) == (c, field))
+            notes.append(f"{d} carries {c}'s {TIES[field][0]} ({field}): {names_t} fitted as {c}'s, on both's rows")
         reference = None
         if names_r:
             rd_counts = {r: sum(fr.key.preset == r for fr in fit) for r in rounds_all}
@@ -395,8 +420,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             hw = {h: dict(base_hw[h]) for h in hw_ids}
             for j in hw_idx:
                 hw[params[j].owner][params[j].name] = th[j]
-            for d, c in share.items():
-                hw[d].update({n: hw[c][n] for n in tied})
+            for (d, n), (c, _) in ties.items():
+                hw[d][n] = hw[c][n]
             rnd = {r: dict(base_rnd[r]) for r in rounds_all}
             if reference:
                 for r, vals in round_values([params[j] for j in st_idx], [th[j] for j in st_idx], anchor,
@@ -432,7 +457,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             reach = step_support(params, reference) if reference else {}
             for i, key in enumerate([fr.key for fr in fit] + [o.key for o in ops]):
                 for j, p in enumerate(params):
-                    sparsity[i, j] = (p.owner == key.hardware or (p.name in tied and share.get(key.hardware) == p.owner)) \
+                    sparsity[i, j] = (p.owner == key.hardware or ties.get((key.hardware, p.name), ("",))[0] == p.owner) \
                         if p.kind == "hardware" else (key.preset in reach[j])
             sparsity[n_res:, :] = np.eye(len(params), dtype=bool)
             for outer in range(2 if pin_choices else 1):
@@ -459,7 +484,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
 
         hw, rnd = values_of(x)
         fitted_hw = {params[j].owner for j in hw_idx}
-        fitted_hw |= {d for d, c in share.items() if c in fitted_hw}  # written with the shared values
+        fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw}  # written with the shared values
         fitted_rnd = {params[j].owner for j in st_idx}
         hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters} for h in sorted(fitted_hw)}
         for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
@@ -486,12 +511,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         op_after = stats([abs(v / m - 1) * 100 for v, m in zip(op_after_values, op_measured) if v is not None])
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
-        for d, c in share.items():  # a tied value's finding belongs to every profile that carries it
-            for f in list(findings):
-                owner, _, name = f["parameter"].partition(".")
-                if owner == c and name in tied:
+        for f in list(findings):  # a tied value's finding belongs to every profile that carries it
+            owner, _, name = f["parameter"].partition(".")
+            for (d, n), (c, field) in sorted(ties.items()):
+                if c == owner and n == name:
                     findings.append({**f, "parameter": f"{d}.{name}",
-                                     "text": f"{d}.{f['text'].partition('.')[2]} ({c}'s value: kernels_as {c})"})
+                                     "text": f"{d}.{f['text'].partition('.')[2]} ({c}'s value: {field} {c})"})
         if names_r:
             all_rounds = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)}
             all_rounds.update(presets_out)

@@ -77,6 +77,10 @@ KERNEL_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction"
 one value for profiles that carry the same die (``EfficiencySpec.kernels_as``). The per-step host
 cost is the system's (its CPU), not the die's."""
 
+HOST_PARAMETERS = ("step_overhead_ms",)
+"""The efficiency parameters of the host (the CPU running the engine's scheduler and sampling): one
+value for profiles that carry the same host (``EfficiencySpec.host_as``)."""
+
 PHYSICAL_STEP_OVERHEAD = Range(
     0.0, 1.5, "ms per engine step",
     "scheduler, sampling and host synchronisation per step beside the per-response streaming term (presets' "
@@ -364,6 +368,6 @@ def parse_parameters(text: str | None) -> tuple[str, ...] | None:
     return names
 
 
-__all__ = ["value_bound_findings", "parse_parameters", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
+__all__ = ["value_bound_findings", "parse_parameters", "Range", "HARDWARE_RANGES", "KERNEL_PARAMETERS", "HOST_PARAMETERS", "ROUND_FACTORS", "RoundFactor", "Parameter", "Finding", "BOUND_TOLERANCE",
            "hardware_parameters", "round_parameters", "round_values", "round_chain", "bound_findings",
            "monotone_violations", "step_support", "check_names", "improvement"]

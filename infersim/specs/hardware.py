@@ -326,6 +326,11 @@ class EfficiencySpec(Spec):
     kernels run at the same fractions of their peaks on both, so ``infersim calibrate`` fits the
     kernel efficiencies (``accuracy.params.KERNEL_PARAMETERS``) of the two as one value from both
     profiles' rows; the host cost per step (a different CPU) stays each profile's own. None: its own."""
+    host_as: str | None = Field(default=None, min_length=1, max_length=200)
+    """Hardware profile whose host this one carries (e.g. GB300 NVL72 and GB200 NVL72 both run their
+    engines on the same Grace CPUs): the per-step host cost (``accuracy.params.HOST_PARAMETERS``) is
+    the CPU's and the serving stack's, so ``infersim calibrate`` fits it as one value from both
+    profiles' rows. None: its own."""
     source: list[str] = Field(default_factory=list)
     """Where the default values come from."""
     calibration: CalibrationRecord | None = None
