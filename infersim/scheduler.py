@@ -60,7 +60,7 @@ With the gate off, d = 1, no token budget and every size captured this is exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -699,27 +699,44 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     def decode_time_at(rows, b):  # the same step at occupancy b: its rows, its sequences' KV and responses
         return step_cost(plan, layout, shape_at(rows, b)).total + plan.engine.host_time(b)
 
-    def decode_times(pairs):
-        """``decode_time_at`` of each (rows, b) pair in one ``step_cost`` evaluation (the pairs
-        stacked on a new leading axis: elementwise, the same numbers at a fraction of the calls);
-        the last pair is the decode step itself (cached for the prefill increments)."""
+    def prefill_shape(decode_shape, n, imb):
+        return replace(decode_shape, prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
+                       prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches,
+                       prefill_patches_sq=stats.vision_patches_sq)
+
+    def decode_times(pairs, first=None):
+        """``decode_time_at`` of each (rows, b) pair in one ``step_cost`` evaluation, the last pair
+        the decode step itself (cached for the prefill increments), and with ``first`` = (n, imb)
+        the first context iteration's ``prefill_time`` too: the steps stacked on a new leading axis
+        (elementwise, the same numbers at a fraction of the calls)."""
         arrays = np.broadcast_arrays(*(np.asarray(a, dtype=float) for pair in pairs for a in pair))
-        rows_k, b_k = np.stack(arrays[0::2]), np.stack(arrays[1::2])
-        step = step_cost(plan, layout, shape_at(rows_k, b_k))
-        full = rows_k.shape
+        decode = shape_at(*pairs[-1])
+        shapes = [shape_at(r, b) for r, b in zip(arrays[0::2], arrays[1::2])]
+        if first is not None:
+            shapes.append(prefill_shape(decode, *first))
+
+        def field(x, n):  # a Shape field as an array (prefill_patches_sq None: one image, its square)
+            v = getattr(x, n)
+            return np.asarray(x.prefill_patches, dtype=float) ** 2 if v is None else np.asarray(v, dtype=float)
+
+        names = [f.name for f in fields(Shape)]
+        one = np.broadcast_shapes(*(np.shape(field(x, n)) for x in shapes for n in names))
+        stacked = Shape(**{n: np.stack([np.broadcast_to(field(x, n), one) for x in shapes]) for n in names})
+        step = step_cost(plan, layout, stacked)
+        full = (len(shapes),) + one
         last = len(pairs) - 1
-        cut = lambda a: np.broadcast_to(a, full)[last]  # noqa: E731
-        cache["decode"] = (shape_at(*pairs[-1]), StepCost(
+        cut = lambda a, i=last: np.broadcast_to(a, full)[i]  # noqa: E731
+        cache["decode"] = (decode, StepCost(
             total=cut(step.total), by_kind={k: cut(v) for k, v in step.by_kind.items()},
             compute_bound=cut(step.compute_bound), memory_bound=cut(step.memory_bound),
             comm_exposed=cut(step.comm_exposed)))
-        total = np.broadcast_to(step.total, full)
-        return [total[i] + plan.engine.host_time(b) for i, (_, b) in enumerate(pairs)]
+        out = [cut(step.total, i) + plan.engine.host_time(b) for i, (_, b) in enumerate(pairs)]
+        if first is not None:
+            out.append(np.maximum(cut(step.total, len(pairs)) - cache["decode"][1].total, 0.0) / first[0])
+        return out
 
     def prefill_time(n, imb):
-        shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
-                        prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches,
-                        prefill_patches_sq=stats.vision_patches_sq)
+        shape = prefill_shape(cache["decode"][0], n, imb)
         return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
@@ -741,8 +758,9 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     admitted together and the busiest rank holds ``imbalance`` × the mean rank's prompt tokens.
     ``prompt_scale``: prompt tokens actually prefilled per ISL token (prefix-cache misses).
     ``decode_time_at(rows, batch)``: the decode iteration at another occupancy (its KV reads
-    too), for the step's slope; default ``decode_time(rows)``. ``decode_times(pairs)``: both at once
-    (``decode_time_at`` of each (rows, batch) pair, the last the decode step itself), where given.
+    too), for the step's slope; default ``decode_time(rows)``. ``decode_times(pairs, (n, imbalance))``: both
+    at once (``decode_time_at`` of each (rows, batch) pair, the last the decode step itself) and the
+    first ``prefill_time``, where given.
     ``quantiles`` False: the means only (``_metrics``).
     """
     d = np.asarray(d, dtype=float)
@@ -762,12 +780,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     up = batch * (1.0 + DRIFT_STEP)
     rows_up = padded_rows(engine, up, d, refill * (1.0 + DRIFT_STEP))
     rows = padded_rows(engine, batch, d, refill)
-    if decode_times is not None:
-        t_up, t_d = decode_times([(rows_up, up), (rows, batch)])
-    else:
+    pairs = [(rows_up, up), (rows, batch)]
+    if decode_times is None:  # else priced with the first context iteration (below)
         t_up = (decode_time_at or (lambda r, b: decode_time(r)))(rows_up, up)
         t_d = decode_time(rows)
-    slope = (t_up - t_d) / (up - batch)
     if budget and engine.chunked_prefill:
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
@@ -818,7 +834,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 # the admitting iteration's share of the period's stall (the rest is after it)
                 ctx_share = np.where(gated, 1.0 - tail / np.maximum(big_mean, 1e-30), 1.0)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
-        if step in (0, steps - 1):  # priced by the step cost at the first and the last step
+        if step == 0 and decode_times is not None:  # the decode steps and the first context iteration
+            t_up, t_d, s_mean = decode_times(pairs, (n, imb))
+            imb0 = imb
+        elif step in (0, steps - 1):  # priced by the step cost at the first and the last step
             s_mean, imb0 = prefill_time(n, imb), imb
         else:  # in between, the stall per prompt follows the busiest rank's share
             s_mean = s_mean * imb / np.maximum(imb0, 1e-30)
@@ -913,6 +932,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
+    slope = (t_up - t_d) / (up - batch)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
                    slope, quantiles)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
