@@ -60,14 +60,14 @@ With the gate off, d = 1, no token budget and every size captured this is exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 import numpy as np
 from scipy.special import gammaincc
 
 from . import table_cache
-from .engine import step_cost
+from .engine import StepCost, step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan, admission_period
@@ -635,14 +635,15 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
 # ---- the engine -----------------------------------------------------------------------------------------
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
-           workers=1.0) -> EngineResult:
+           workers=1.0, *, means_only: bool = False) -> EngineResult:
     """Renewal arrivals (Poisson unless ``stats.arrival_scv`` ≠ 1) into one instance at mean
     occupancy B (Server/Interactive), costed by ``step_cost``: decode iterations at the padded
     per-rank batch, the prefill increment of a context iteration at the number of prompts it admits
     and the busiest rank's share. Arrivals switching slowly between rates (``stats.rate_states``)
-    go through ``rate_states_mix``."""
+    go through ``rate_states_mix``. ``means_only``: skip the percentiles (NaN), for callers that
+    read only means (calibrate's operating points)."""
     if stats.rate_states is None:
-        return _server(plan, layout, batch, stats, percentile, workers)
+        return _server(plan, layout, batch, stats, percentile, workers, not means_only)
     one = replace(stats, rate_states=None, arrival_scv=1.0)  # Poisson within a state
     return rate_states_mix(lambda b: _server(plan, layout, b, one, percentile, workers), batch, stats.rate_states,
                            percentile / 100.0)
@@ -679,7 +680,7 @@ def rate_states_mix(run, batch, rate_states, q: float) -> EngineResult:
 
 
 def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
-            workers=1.0) -> EngineResult:
+            workers=1.0, quantiles: bool = True) -> EngineResult:
     dq = 1.0 + plan.serving.draft_depth
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -698,14 +699,49 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     def decode_time_at(rows, b):  # the same step at occupancy b: its rows, its sequences' KV and responses
         return step_cost(plan, layout, shape_at(rows, b)).total + plan.engine.host_time(b)
 
+    def prefill_shape(decode_shape, n, imb):
+        return replace(decode_shape, prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
+                       prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches,
+                       prefill_patches_sq=stats.vision_patches_sq)
+
+    def decode_times(pairs, first=None):
+        """``decode_time_at`` of each (rows, b) pair in one ``step_cost`` evaluation, the last pair
+        the decode step itself (cached for the prefill increments), and with ``first`` = (n, imb)
+        the first context iteration's ``prefill_time`` too: the steps stacked on a new leading axis
+        (elementwise, the same numbers at a fraction of the calls)."""
+        arrays = np.broadcast_arrays(*(np.asarray(a, dtype=float) for pair in pairs for a in pair))
+        decode = shape_at(*pairs[-1])
+        shapes = [shape_at(r, b) for r, b in zip(arrays[0::2], arrays[1::2])]
+        if first is not None:
+            shapes.append(prefill_shape(decode, *first))
+
+        def field(x, n):  # a Shape field as an array (prefill_patches_sq None: one image, its square)
+            v = getattr(x, n)
+            return np.asarray(x.prefill_patches, dtype=float) ** 2 if v is None else np.asarray(v, dtype=float)
+
+        names = [f.name for f in fields(Shape)]
+        one = np.broadcast_shapes(*(np.shape(field(x, n)) for x in shapes for n in names))
+        stacked = Shape(**{n: np.stack([np.broadcast_to(field(x, n), one) for x in shapes]) for n in names})
+        step = step_cost(plan, layout, stacked)
+        full = (len(shapes),) + one
+        last = len(pairs) - 1
+        cut = lambda a, i=last: np.broadcast_to(a, full)[i]  # noqa: E731
+        cache["decode"] = (decode, StepCost(
+            total=cut(step.total), by_kind={k: cut(v) for k, v in step.by_kind.items()},
+            compute_bound=cut(step.compute_bound), memory_bound=cut(step.memory_bound),
+            comm_exposed=cut(step.comm_exposed)))
+        out = [cut(step.total, i) + plan.engine.host_time(b) for i, (_, b) in enumerate(pairs)]
+        if first is not None:
+            out.append(np.maximum(cut(step.total, len(pairs)) - cache["decode"][1].total, 0.0) / first[0])
+        return out
+
     def prefill_time(n, imb):
-        shape = replace(cache["decode"][0], prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
-                        prefill_rank_imbalance=imb, prefill_patches=stats.vision_patches,
-                        prefill_patches_sq=stats.vision_patches_sq)
+        shape = prefill_shape(cache["decode"][0], n, imb)
         return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
-                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean, decode_time_at=decode_time_at)
+                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean, decode_time_at=decode_time_at,
+                       decode_times=decode_times, quantiles=quantiles)
     res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, percentile / 100.0)
     res.tpot_p50 = res.tpot_p50 * tpot_spread(plan, 0.5)
     res.shape, res.step = cache["decode"]
@@ -713,7 +749,8 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
 
 
 def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, decode_time, prefill_time, *,
-                 dq: float = 1.0, prompt_scale: float = 1.0, decode_time_at=None) -> EngineResult:
+                 dq: float = 1.0, prompt_scale: float = 1.0, decode_time_at=None, decode_times=None,
+                 quantiles: bool = True) -> EngineResult:
     """The scheduler's closed form for given iteration costs.
 
     ``decode_time(rows)``: decode iteration time with ``rows`` sequences per rank (padded);
@@ -721,7 +758,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     admitted together and the busiest rank holds ``imbalance`` × the mean rank's prompt tokens.
     ``prompt_scale``: prompt tokens actually prefilled per ISL token (prefix-cache misses).
     ``decode_time_at(rows, batch)``: the decode iteration at another occupancy (its KV reads
-    too), for the step's slope; default ``decode_time(rows)``.
+    too), for the step's slope; default ``decode_time(rows)``. ``decode_times(pairs, (n, imbalance))``: both
+    at once (``decode_time_at`` of each (rows, batch) pair, the last the decode step itself) and the
+    first ``prefill_time``, where given.
+    ``quantiles`` False: the means only (``_metrics``).
     """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -738,10 +778,12 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     refill = per_iter * (eg + 1.0) / 2.0 + balanced_waiting(engine, stats, d, cap, per_iter * eg)
     # the decode step's slope dt_d/dB for the decode count's drift (serving.decode_drift)
     up = batch * (1.0 + DRIFT_STEP)
-    t_up = (decode_time_at or (lambda r, b: decode_time(r)))(padded_rows(engine, up, d, refill * (1.0 + DRIFT_STEP)), up)
+    rows_up = padded_rows(engine, up, d, refill * (1.0 + DRIFT_STEP))
     rows = padded_rows(engine, batch, d, refill)
-    t_d = decode_time(rows)
-    slope = (t_up - t_d) / (up - batch)
+    pairs = [(rows_up, up), (rows, batch)]
+    if decode_times is None:  # else priced with the first context iteration (below)
+        t_up = (decode_time_at or (lambda r, b: decode_time(r)))(rows_up, up)
+        t_d = decode_time(rows)
     if budget and engine.chunked_prefill:
         # gated, a rank admits prompts while its budget lasts and the last one admitted goes on in
         # the following iterations, gate or not: it takes one prompt's overshoot more per context
@@ -792,7 +834,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 # the admitting iteration's share of the period's stall (the rest is after it)
                 ctx_share = np.where(gated, 1.0 - tail / np.maximum(big_mean, 1e-30), 1.0)
         imb = np.where(d > 1, big_mean / np.maximum(n / d * stats.isl_mean, 1e-30), 1.0)
-        if step in (0, steps - 1):  # priced by the step cost at the first and the last step
+        if step == 0 and decode_times is not None:  # the decode steps and the first context iteration
+            t_up, t_d, s_mean = decode_times(pairs, (n, imb))
+            imb0 = imb
+        elif step in (0, steps - 1):  # priced by the step cost at the first and the last step
             s_mean, imb0 = prefill_time(n, imb), imb
         else:  # in between, the stall per prompt follows the busiest rank's share
             s_mean = s_mean * imb / np.maximum(imb0, 1e-30)
@@ -887,8 +932,9 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
+    slope = (t_up - t_d) / (up - batch)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
-                   slope)
+                   slope, quantiles)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -1019,8 +1065,9 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
 
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
-             s_extra=None, budget_wait=None, capped: bool = False, slope=0.0) -> EngineResult:
-    """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1)."""
+             s_extra=None, budget_wait=None, capped: bool = False, slope=0.0, quantiles: bool = True) -> EngineResult:
+    """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1).
+    ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
     rate = request_rate(batch, t_d, s_mean, L, stats)
@@ -1078,6 +1125,14 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         m1, v1 = b_mean + k1 * c_full, b_var + k1_var * c_full * c_full
         ttft_mean = busy * (b_mean + k_mean * c_full) + idle * i_mean
         comps = [(w0, m0, b_var), (w1, m1, v1)]
+    it_mean = c_mean / eg
+    tpot_mean = it_mean / L
+    if not quantiles:
+        nan = np.full(np.shape(tpot_mean + ttft_mean), np.nan)
+        return EngineResult(tokens_per_s=rate * stats.osl_mean, rate=rate, ttft_mean=ttft_mean, ttft_p99=nan,
+                            tpot_mean=tpot_mean, tpot_p99=nan, e2e_p99=nan, step=cost, prefill_share=rho,
+                            iteration_s=it_mean, decode_iteration_s=t_d + 0.0 * it_mean, gate_iters=eg + 0.0 * it_mean,
+                            ttft_p50=nan, tpot_p50=tpot_mean)
     ttft_p, ttft_p50 = _two_gamma_quantiles(*comps[0], *comps[1], (q, 0.5))
     gated = np.broadcast_to((np.asarray(vg) > 0) | (np.asarray(eg) > 1), np.shape(ttft_p))
     if np.any(gated):
@@ -1093,8 +1148,6 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
             parts.append((pick(w), u, np.maximum(pick(m) - 0.5 * u, 1e-30), np.maximum(pick(v) - u * u / 12.0, 1e-6 * pick(v))))
         ttft_p, ttft_p50 = np.array(ttft_p, dtype=float), np.array(ttft_p50, dtype=float)
         ttft_p[sel], ttft_p50[sel] = _uniform_gamma_quantiles(parts, (q, 0.5), (ttft_p[sel], ttft_p50[sel]))
-    it_mean = c_mean / eg
-    tpot_mean = it_mean / L
     # variance per iteration of a long run: the stalls' variance and the count of context iterations
     x_mean = c_mean - eg * t_d
     c_var_it = (np.maximum(c_var - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg

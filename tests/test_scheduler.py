@@ -292,6 +292,37 @@ def test_reduces_exactly_to_the_server_queue():
         np.testing.assert_allclose(getattr(a, k), getattr(b, k), rtol=1e-12, err_msg=k)
 
 
+@pytest.mark.parametrize("hw, model, scenario, n, layout", [
+    ("b200", "deepseek-r1", "mlperf-deepseek-r1-server", 8, (8, 1, 8, 8)),        # gated ADP, a budget
+    ("h200-sxm", "llama2-70b", "mlperf-llama2-70b-interactive", 8, (2, 1, 1, 1)),  # dense, ungated
+    ("h100-sxm", "qwen3-vl-235b-a22b", "mlperf-qwen3-vl-235b-a22b-server", 8, (8, 1, 8, 1)),  # vision prompts
+])
+def test_stacked_step_pricing_and_means_only_change_no_number(monkeypatch, hw, model, scenario, n, layout):
+    """``_server`` prices the decode step, its drift twin and the first context iteration in one
+    stacked ``step_cost`` call, and ``means_only`` skips the percentiles: every figure equals the
+    separate calls' exactly, and the means are the full call's."""
+    from infersim import api
+    from infersim.graph import Layout
+
+    q = api.Query.build(hw, model, scenario, n, round="v6.0" if model != "llama2-70b" else "v5.1")
+    plan = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    st = serving.WorkloadStats.from_workload(q.inputs.scenario.workload, q.inputs.model)
+    lay = Layout(*layout)
+    batch = np.array([[1.0, 24.0, 300.0, 2000.0]])
+    stacked = scheduler.server(plan, lay, batch, st)
+    queue = scheduler.engine_queue
+    monkeypatch.setattr(scheduler, "engine_queue", lambda *a, decode_times=None, **k: queue(*a, **k))
+    separate = scheduler.server(plan, lay, batch, st)
+    monkeypatch.undo()
+    means = scheduler.server(plan, lay, batch, st, means_only=True)
+    for k in ("rate", "tokens_per_s", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99", "e2e_p99", "iteration_s"):
+        np.testing.assert_array_equal(getattr(stacked, k), getattr(separate, k), err_msg=k)
+    np.testing.assert_array_equal(stacked.step.total, separate.step.total)
+    for k in ("rate", "ttft_mean", "tpot_mean", "iteration_s"):
+        np.testing.assert_array_equal(getattr(means, k), getattr(stacked, k), err_msg=k)
+    assert np.all(np.isnan(means.ttft_p99)) and np.all(np.isnan(means.tpot_p99))
+
+
 def test_batch_cap_never_exceeded_by_search():
     """No feasible point runs more sequences per attention rank than max_batch_size."""
     from infersim import api

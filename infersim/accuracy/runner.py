@@ -182,7 +182,7 @@ class Runner:
                 return Outcome(None, "bad input: the pinned layout does not fit the accelerators", None)
             stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).with_output_mean(osl_mean)
             occ = np.atleast_1d(np.asarray(occupancy, dtype=float))
-            res = server(plan, lay, occ / n_inst, stats, 99.0, key.accelerators / (tp * pp))
+            res = server(plan, lay, occ / n_inst, stats, 99.0, key.accelerators / (tp * pp), means_only=True)
             values = np.broadcast_to(np.asarray(res.tpot_mean, dtype=float), occ.shape)
         except SpecError as exc:
             return Outcome(None, f"bad input: {exc}", None)
