@@ -516,6 +516,12 @@ def test_profiles_on_one_host_fit_one_host_cost_and_their_own_kernels(tmp_path, 
 
     assert sharing(Runner(), ["h100-sxm", "h200-sxm"], "host_as")[0] == {"h200-sxm": "h100-sxm"}
     assert sharing(Runner(), ["h100-sxm", "h200-sxm"], "kernels_as")[0] == {}
+    # a host sibling without rows in the fit: no tie, a note; one that is no profile: a clear error
+    share, notes = sharing(Runner(), ["h200-sxm"], "host_as")
+    assert share == {} and "carries h100-sxm's host (host_as)" in notes[0] and "no rows in this fit" in notes[0]
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path / "bad", host_as={"h200-sxm": "no-such-host"})))
+    with pytest.raises(SpecError, match="host_as 'no-such-host'"):
+        sharing(Runner(), ["h200-sxm"], "host_as")
 
 
 def test_kernels_as_must_name_a_profile_and_not_loop(tmp_path, monkeypatch):
