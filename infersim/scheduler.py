@@ -933,8 +933,17 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
     slope = (t_up - t_d) / (up - batch)
+    # the iteration that admits a tagged prompt carries it and the prompts that came during the
+    # (length-biased) iteration it waited through: the busiest rank's tokens of that count, which
+    # grow less than in proportion with it over d ranks (ungated, no budget; d = 1 is linear)
+    tagged = None
+    if not (budget and engine.chunked_prefill) and np.any((d > 1) & ~gated):
+        def tagged(n1):  # a whole-prompt budget caps each rank's take (``capped_tokens``)
+            m1, dd = np.broadcast_arrays(n1 / d, d)
+            tok = capped_tokens(stats, m1, cap, dd, engine.rank_router)[0] if budget else busiest_tokens(stats, m1, dd)[0]
+            return np.where((d > 1) & ~gated, s_tok * prompt_scale * tok, np.nan)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
-                   slope, quantiles)
+                   slope, quantiles, tagged)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -1065,7 +1074,8 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
 
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
-             s_extra=None, budget_wait=None, capped: bool = False, slope=0.0, quantiles: bool = True) -> EngineResult:
+             s_extra=None, budget_wait=None, capped: bool = False, slope=0.0, quantiles: bool = True,
+             tagged=None) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1).
     ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
@@ -1099,6 +1109,9 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     idle = np.exp(-np.asarray(batch, dtype=float))
     busy = 1.0 - idle
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
+    if tagged is not None:  # the admitting iteration's stall from its prompt count (``engine_queue``)
+        x_tag = tagged(1.0 + rate * c_star)
+        b_mean = np.where(np.isnan(x_tag), b_mean, 0.5 * c_star + t_d + np.nan_to_num(x_tag))
     if one:
         x_next_var = s_var + rate * s_sq * c_star
     else:
