@@ -934,14 +934,15 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
     slope = (t_up - t_d) / (up - batch)
     # the iteration that admits a tagged prompt carries it and the prompts that came during the
-    # (length-biased) iteration it waited through: the busiest rank's tokens of that count, which
-    # grow less than in proportion with it over d ranks (ungated, no budget; d = 1 is linear)
+    # (length-biased) iteration or gate period it waited through: the busiest rank's tokens of that
+    # count, which grow less than in proportion with it over d ranks (no chunked budget; d = 1 is
+    # linear, the same as the mean stall per prompt times the count)
     tagged = None
-    if not (budget and engine.chunked_prefill) and np.any((d > 1) & ~gated):
+    if not (budget and engine.chunked_prefill) and np.any(d > 1):
         def tagged(n1):  # a whole-prompt budget caps each rank's take (``capped_tokens``)
             m1, dd = np.broadcast_arrays(n1 / d, d)
             tok = capped_tokens(stats, m1, cap, dd, engine.rank_router)[0] if budget else busiest_tokens(stats, m1, dd)[0]
-            return np.where((d > 1) & ~gated, s_tok * prompt_scale * tok, np.nan)
+            return np.where(d > 1, s_tok * prompt_scale * tok, np.nan)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
                    slope, quantiles, tagged)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
