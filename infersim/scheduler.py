@@ -1078,7 +1078,9 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
              s_extra=None, budget_wait=None, capped: bool = False, slope=0.0, quantiles: bool = True,
              tagged=None) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1).
-    ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN)."""
+    ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN).
+    ``tagged(n)``: the stall of an admitting iteration that carries n prompts (NaN where the mean
+    stall per prompt times n stands), for the iteration that admits a tagged prompt."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
     rate = request_rate(batch, t_d, s_mean, L, stats)
