@@ -27,10 +27,18 @@ MAX_PRICE_USD_PER_HOUR = 1e6
 """Upper end of an accelerator-hour price, US$ (bundled prices are 0.5-15 $/h)."""
 
 
-def _is_integral(v: Any) -> bool:
+def _is_real(v: Any) -> bool:
+    """A finite plain number (not a bool; an int beyond float's range is not finite)."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         return False
-    return math.isfinite(float(v)) and float(v) == int(v)
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
+
+
+def _is_integral(v: Any) -> bool:
+    return _is_real(v) and float(v) == int(v)
 
 
 def check_count(flag: str, value: Any, lo: int, hi: int, unit: str = "") -> None:
@@ -43,14 +51,16 @@ def _all_reals(values: tuple, lo: float, hi: float) -> bool:
     """Every value a finite number in [lo, hi] (plain ints and floats; a long axis at once)."""
     if not values or not set(map(type, values)) <= {int, float}:
         return not values
-    a = np.asarray(values, dtype=float)
+    try:
+        a = np.asarray(values, dtype=float)
+    except OverflowError:  # an int beyond float's range: the per-value check names it
+        return False
     return bool(np.all(np.isfinite(a) & (a >= lo) & (a <= hi)))
 
 
 def check_price(flag: str, value: Any) -> None:
     """A price in US$: a finite number >= 0."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or not 0 <= value <= MAX_PRICE_USD_PER_HOUR:
+    if not _is_real(value) or not 0 <= value <= MAX_PRICE_USD_PER_HOUR:
         raise SpecError(f"{flag} must be a finite price in [0, {MAX_PRICE_USD_PER_HOUR:g}] US$ (got {value!r})")
 
 
@@ -61,8 +71,7 @@ def check_tco(capex_usd: float, years: float, pue: float, usd_per_kwh: float) ->
             ("--tco-years", years, 0.0, 100.0, True, "years"),
             ("--tco-pue", pue, 1.0, 10.0, False, "(facility power / IT power)"),
             ("--tco-usd-per-kwh", usd_per_kwh, 0.0, 100.0, False, "US$/kWh")):
-        bad = isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v > hi \
-            or (v <= lo if strict_lo else v < lo)
+        bad = not _is_real(v) or v > hi or (v <= lo if strict_lo else v < lo)
         if bad:
             low = f"({lo:g}" if strict_lo else f"[{lo:g}"
             raise SpecError(f"{flag} must be in {low}, {hi:g}] {unit} (got {v!r})")
@@ -126,8 +135,7 @@ def check_request(inputs, accelerators=None, *, tp=None, ep=None, dp=None, pp=No
     values = _values(batch)
     if not _all_reals(values, 1, MAX_BATCH):  # the per-value check only to name the bad value
         for v in values:  # a mean occupancy: need not be whole
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)) \
-                    or not 1 <= v <= MAX_BATCH:
+            if not _is_real(v) or not 1 <= v <= MAX_BATCH:
                 raise SpecError(f"--batch must be a number in [1, {MAX_BATCH:,}] sequences per instance (got {v!r})")
     if price_per_hour is not None:
         check_price("--price-per-hour", price_per_hour)

@@ -685,19 +685,10 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)
     plen, plen_sq = _prefill(stats, prefix_hit(plan, workers))
-    host = plan.engine.host_time(batch)
     cache = {}
 
     def shape_at(rows, b):  # ``rows`` padded decode rows per rank carrying the KV of ``b`` sequences
         return Shape(decode_seqs=rows * d, decode_q=dq, decode_ctx=stats.context_mean * b / np.maximum(rows * d, 1e-30))
-
-    def decode_time(rows):
-        shape = shape_at(rows, batch)
-        cache["decode"] = (shape, step_cost(plan, layout, shape))
-        return cache["decode"][1].total + host
-
-    def decode_time_at(rows, b):  # the same step at occupancy b: its rows, its sequences' KV and responses
-        return step_cost(plan, layout, shape_at(rows, b)).total + plan.engine.host_time(b)
 
     def prefill_shape(decode_shape, n, imb):
         return replace(decode_shape, prefill_seqs=n, prefill_len=plen, prefill_len_sq=plen_sq,
@@ -705,13 +696,13 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
                        prefill_patches_sq=stats.vision_patches_sq)
 
     def decode_times(pairs, first=None):
-        """``decode_time_at`` of each (rows, b) pair in one ``step_cost`` evaluation, the last pair
-        the decode step itself (cached for the prefill increments), and with ``first`` = (n, imb)
-        the first context iteration's ``prefill_time`` too: the steps stacked on a new leading axis
-        (elementwise, the same numbers at a fraction of the calls)."""
-        arrays = np.broadcast_arrays(*(np.asarray(a, dtype=float) for pair in pairs for a in pair))
-        decode = shape_at(*pairs[-1])
-        shapes = [shape_at(r, b) for r, b in zip(arrays[0::2], arrays[1::2])]
+        """The decode iteration (step and host time) at each (rows per rank, occupancy) pair in one
+        ``step_cost`` evaluation, the last pair the decode step itself (cached for the prefill
+        increments), and with ``first`` = (n, imb) the first context iteration's ``prefill_time``
+        too: the steps stacked on a new leading axis (elementwise, the same numbers at a fraction
+        of the calls)."""
+        shapes = [shape_at(r, b) for r, b in pairs]
+        decode = shapes[-1]
         if first is not None:
             shapes.append(prefill_shape(decode, *first))
 
@@ -739,9 +730,9 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
         shape = prefill_shape(cache["decode"][0], n, imb)
         return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
 
-    res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0, decode_time,
-                       prefill_time, dq=dq, prompt_scale=plen / stats.isl_mean, decode_time_at=decode_time_at,
-                       decode_times=decode_times, quantiles=quantiles)
+    res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0,
+                       lambda rows: decode_times([(rows, batch)])[0], prefill_time, dq=dq,
+                       prompt_scale=plen / stats.isl_mean, decode_times=decode_times, quantiles=quantiles)
     res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, percentile / 100.0)
     res.tpot_p50 = res.tpot_p50 * tpot_spread(plan, 0.5)
     res.shape, res.step = cache["decode"]
@@ -939,10 +930,12 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     # linear, the same as the mean stall per prompt times the count)
     tagged = None
     if not (budget and engine.chunked_prefill) and np.any(d > 1):
-        def tagged(n1):  # a whole-prompt budget caps each rank's take (``capped_tokens``)
+        def stall(n1):  # a whole-prompt budget caps each rank's take (``capped_tokens``)
             m1, dd = np.broadcast_arrays(n1 / d, d)
             tok = capped_tokens(stats, m1, cap, dd, engine.rank_router)[0] if budget else busiest_tokens(stats, m1, dd)[0]
-            return np.where(d > 1, s_tok * prompt_scale * tok, np.nan)
+            return s_tok * prompt_scale * tok
+
+        tagged = (d > 1, stall)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
                    slope, quantiles, tagged)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
@@ -1079,8 +1072,8 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
              tagged=None) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1).
     ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN).
-    ``tagged(n)``: the stall of an admitting iteration that carries n prompts (NaN where the mean
-    stall per prompt times n stands), for the iteration that admits a tagged prompt."""
+    ``tagged`` = (where, stall): at the points ``where``, the iteration that admits a tagged prompt
+    stalls ``stall(n)`` for the n prompts it carries (elsewhere the mean stall per prompt times n)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
     rate = request_rate(batch, t_d, s_mean, L, stats)
@@ -1113,8 +1106,8 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     busy = 1.0 - idle
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
     if tagged is not None:  # the admitting iteration's stall from its prompt count (``engine_queue``)
-        x_tag = tagged(1.0 + rate * c_star)
-        b_mean = np.where(np.isnan(x_tag), b_mean, 0.5 * c_star + t_d + np.nan_to_num(x_tag))
+        where, stall = tagged
+        b_mean = np.where(where, 0.5 * c_star + t_d + stall(1.0 + rate * c_star), b_mean)
     if one:
         x_next_var = s_var + rate * s_sq * c_star
     else:

@@ -525,7 +525,7 @@ def test_profiles_on_one_host_fit_one_host_cost_and_their_own_kernels(tmp_path, 
 
 
 def test_kernels_as_must_name_a_profile_and_not_loop(tmp_path, monkeypatch):
-    from infersim.accuracy.fit import die_sharing
+    from infersim.accuracy.fit import sharing as die_sharing
     from infersim.accuracy.runner import Runner
 
     monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path / "a", **{"h200-sxm": "no-such-gpu"})))

@@ -309,7 +309,11 @@ def test_stacked_step_pricing_and_means_only_change_no_number(monkeypatch, hw, m
     batch = np.array([[1.0, 24.0, 300.0, 2000.0]])
     stacked = scheduler.server(plan, lay, batch, st)
     queue = scheduler.engine_queue
-    monkeypatch.setattr(scheduler, "engine_queue", lambda *a, decode_times=None, **k: queue(*a, **k))
+
+    def separate(*a, decode_times, **k):  # each decode step its own step_cost call, the prefill too
+        return queue(*a, decode_time_at=lambda rows, b: decode_times([(rows, b)])[0], **k)
+
+    monkeypatch.setattr(scheduler, "engine_queue", separate)
     separate = scheduler.server(plan, lay, batch, st)
     monkeypatch.undo()
     means = scheduler.server(plan, lay, batch, st, means_only=True)

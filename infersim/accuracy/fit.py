@@ -218,11 +218,6 @@ def sharing(runner: Runner, hw_ids: Sequence[str], field: str = "kernels_as") ->
     return share, notes
 
 
-def die_sharing(runner: Runner, hw_ids: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """``sharing`` along ``kernels_as``."""
-    return sharing(runner, hw_ids, "kernels_as")
-
-
 def round_defaults(names: Sequence[str]) -> dict[str, float]:
     """Documented default of each round factor: the preset field default (1.0, no maturity change)."""
     from ..optimizations.presets import PresetSpec
@@ -373,13 +368,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         params: list[Parameter] = []
         # profiles carrying the same die fit one value of each kernel efficiency, profiles carrying
         # the same host one value of its cost per step (on both's rows): (profile, parameter) → owner
-        share, notes = die_sharing(run, hw_ids)
-        ties: dict[tuple[str, str], tuple[str, str]] = {}
-        for field, (_, names_t) in TIES.items():
-            tie_map, ns = (share, []) if field == "kernels_as" else sharing(run, hw_ids, field)
-            notes += ns
-            for d, c in tie_map.items():
-                ties.update({(d, n): (c, field) for n in parameters if n in names_t})
+        maps = {field: sharing(run, hw_ids, field) for field in TIES}
+        share = maps["kernels_as"][0]
+        notes = [note for _, ns in maps.values() for note in ns]
+        ties: dict[tuple[str, str], tuple[str, str]] = {
+            (d, n): (c, field) for field, (tie_map, _) in maps.items() for d, c in tie_map.items()
+            for n in parameters if n in TIES[field][1]}
         unexercised = _unexercised(hw_ids, share, fit, ops, [n for n in parameters if n in MOE_PARAMETERS])
         sharers = {d for d, _ in ties}
         for h in hw_ids:
