@@ -72,7 +72,7 @@ def _hierarchical(kind: Collective, payload_bytes, n, d):
     return 0.0 * payload_bytes, payload_bytes
 
 
-def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, comm_fraction=None):
+def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, comm_fraction=None, fanout=None):
     """Seconds for one collective of ``kind``; ``payload_bytes`` per rank; broadcasts over arrays.
 
     Notes
@@ -84,6 +84,13 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
     References: Thakur, Rabenseifner & Gropp (2005), "Optimization of collective communication
     operations in MPICH"; shared/reference/accelerators.md (NCCL bus-bandwidth fractions; leaving
     the node roughly halves all-reduce bus bandwidth on 4x P6-B200).
+
+    ``fanout`` (a ``graph.Fanout``; all-to-all across domains only): for its ``share`` of the
+    tokens the collective sends a token once per destination domain over the NIC and forwards it
+    to that domain's ranks over the scale-up fabric (MoE dispatch and combine of prompt tokens,
+    DeepEP's normal kernels): the NIC carries token bytes × ``domain_fanout`` in place of the even
+    spread's (n − g)/n · S, and the forwarding, (n − d)/n · S · (d − 1)/d, joins the scale-up
+    phase; the rest (decode tokens, DeepEP's low-latency kernels) go at the even spread.
     """
     from . import torus
 
@@ -99,7 +106,44 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
     if np.all(inside):
         return np.where(n > 1, t_in, 0.0)
     up_bytes, out_bytes = _hierarchical(kind, payload_bytes, np.maximum(n, d), d)
+    if fanout is not None and kind == Collective.ALL_TO_ALL:
+        nn = np.maximum(n, d)
+        reach = domain_fanout(nn, d, fanout.top_k, fanout.n_groups, fanout.top_k_groups)
+        share = np.clip(np.asarray(fanout.share, dtype=float), 0.0, 1.0)
+        up_bytes = up_bytes + share * (nn - d) / nn * payload_bytes * (d - 1) / d
+        out_bytes = share * np.minimum(fanout.token_bytes * reach, out_bytes) + (1.0 - share) * out_bytes
     t_up = up_bytes / (link_bandwidth(hw, d) * eff) + su.latency_us * US
     domains = np.maximum(np.ceil(n / d - 1e-9), 1.0)
     t_out = out_bytes / (hw.scale_out.bandwidth * eff) + hw.scale_out.latency_us * US * (1 + np.log2(domains))
     return np.where(n > 1, np.where(inside, t_in, t_up + t_out), 0.0)
+
+
+def domain_fanout(ep, domain_size, top_k, n_groups=None, top_k_groups=None):
+    """Expected scale-up domains other than its own that one token's top-k experts reach, over an
+    EP group of ``ep`` ranks packed into domains of ``domain_size`` (arrays broadcast).
+
+    Notes
+    -----
+    m = ⌈ep/domain⌉ domains. A token's experts can lie in c domains: all m, or under group-limited
+    routing (``n_groups`` G, ``top_k_groups`` M; experts laid out group by group) the domains of
+    its M groups: with m ≤ G (G/m groups per domain) the expected distinct domains of M groups
+    drawn from G, m·(1 − C(G − G/m, M)/C(G, M)); with m > G each group spans m/G domains,
+    min(m, M·m/G). The k experts, spread evenly over those, reach c·(1 − (1 − 1/c)^k) domains,
+    a share (m − 1)/m of them not the sender's. DeepEP and the DeepSeek-V3 report send a token
+    once per destination node over the network and forward it inside the node over NVLink
+    (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.2: each token reaches at most 4
+    nodes).
+    """
+    ep = np.maximum(np.asarray(ep, dtype=float), 1.0)
+    m = np.maximum(np.ceil(ep / float(domain_size) - 1e-9), 1.0)
+    c = m
+    if n_groups is not None and top_k_groups is not None and top_k_groups < n_groups:
+        G, M = float(n_groups), int(top_k_groups)
+        per = G / np.minimum(m, G)  # groups per domain where m ≤ G
+        miss = np.ones_like(m)
+        for i in range(M):  # C(G − per, M) / C(G, M) as a product of M ratios
+            miss = miss * np.maximum(G - per - i, 0.0) / (G - i)
+        c = np.where(m <= G, m * (1.0 - miss), np.minimum(m, M * m / G))
+    c = np.maximum(c, 1.0)
+    reached = c * (1.0 - np.power(1.0 - 1.0 / c, top_k))
+    return np.where(m > 1, reached * (m - 1.0) / m, 0.0)

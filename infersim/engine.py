@@ -118,7 +118,7 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     op_info = {} if detail else None
     for op in graph.ops:
         if op.kind == OpKind.COMM:
-            t = op.count * comm.collective_time(op.collective, op.bytes, op.group, hw)
+            t = op.count * comm.collective_time(op.collective, op.bytes, op.group, hw, fanout=op.fanout)
             by_kind["comm"] = by_kind["comm"] + t
             n_kernels = n_kernels + op.count * (np.asarray(op.group) > 1)
         else:

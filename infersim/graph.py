@@ -37,6 +37,21 @@ class Collective(str, Enum):
 
 
 @dataclass(frozen=True)
+class Fanout:
+    """How an MoE all-to-all spreads one token: its bytes and its routing (``comm.domain_fanout``)."""
+
+    token_bytes: Any
+    """Bytes of the rank's tokens, one copy each (tokens per rank × hidden × bytes per element)."""
+    top_k: int
+    n_groups: int | None = None
+    top_k_groups: int | None = None
+    share: Any = 1.0
+    """Share of the tokens sent once per destination domain: prompt tokens, which DeepEP's normal
+    kernels forward over NVLink inside each node; decode tokens go by its low-latency kernels, one
+    RDMA send per destination rank (the even spread)."""
+
+
+@dataclass(frozen=True)
 class Op:
     """One operator (or collective) repeated ``count`` times per stage step, per device.
 
@@ -63,6 +78,8 @@ class Op:
     """Routed-expert grouped GEMM: its efficiency follows the MoE kernel backend's maturity."""
     block: str = ""
     """Which block the op belongs to (attention, mlp, moe, head), for breakdowns."""
+    fanout: Fanout | None = None
+    """An all-to-all that sends each token once per destination domain (MoE dispatch/combine)."""
     memory_efficiency: str = "memory_fraction"
     """Name of the hardware efficiency field that scales this op's bandwidth (data, not a branch)."""
     compute_efficiency: str = ""
@@ -238,9 +255,10 @@ def elementwise(name, elements, count, block: str, passes: float = 2.0) -> Op:
               fusable=True, block=block)
 
 
-def collective(name, kind: Collective, payload_bytes, group, count, block: str) -> Op:
+def collective(name, kind: Collective, payload_bytes, group, count, block: str, fanout: Fanout | None = None) -> Op:
     """A collective over ``group`` ranks carrying ``payload_bytes`` per rank."""
-    return Op(name, OpKind.COMM, count, bytes=payload_bytes, collective=kind, group=group, block=block)
+    return Op(name, OpKind.COMM, count, bytes=payload_bytes, collective=kind, group=group, block=block,
+              fanout=fanout)
 
 
 # ---- attention ------------------------------------------------------------------------------
@@ -457,6 +475,7 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
             gemm("shared_down", t_attn, h, s_inter / a, layers, fmt, "moe"),
         ]
     disp = fmt.ab if dispatch_bytes is None else dispatch_bytes
+    prompt_share = np.asarray(shape.prefill_tokens, dtype=float) / np.maximum(np.asarray(T, dtype=float), 1e-12)
     group_tokens = np.minimum(T * g / layout.ep * imbalance, T)
     # permute: the rank's tokens copied into expert-grouped rows (one row per assignment);
     # finalize: each token's k expert outputs (16 bit) weighted and summed back into token order.
@@ -469,8 +488,10 @@ def moe_ops(model: ModelSpec, shape: Shape, layout: Layout, fmt: Formats, layers
             Op("experts_finalize", OpKind.ELEMENTWISE, layers, bytes=moved * HIDDEN_BYTES, block="moe"),
         ]
     ops += [
-        collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * g * h * disp, layout.ep, layers, "moe"),
-        collective("moe_combine", Collective.ALL_TO_ALL, t_rank * g * h * HIDDEN_BYTES, layout.ep, layers, "moe"),
+        collective("moe_dispatch", Collective.ALL_TO_ALL, t_rank * g * h * disp, layout.ep, layers, "moe",
+                   Fanout(t_rank * h * disp, k, moe.n_groups, moe.top_k_groups, prompt_share)),
+        collective("moe_combine", Collective.ALL_TO_ALL, t_rank * g * h * HIDDEN_BYTES, layout.ep, layers, "moe",
+                   Fanout(t_rank * h * HIDDEN_BYTES, k, moe.n_groups, moe.top_k_groups, prompt_share)),
         collective("moe_tp_all_reduce", Collective.ALL_REDUCE, group_tokens * h * HIDDEN_BYTES, mt, layers, "moe"),
     ]
     return ops

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infersim import parallel, search
+from infersim import comm, graph, parallel, search
 from infersim.errors import Reason
-from infersim.graph import Formats, Layout
+from infersim.graph import Collective, Formats, Layout
 from infersim.plan import Plan, SearchSpace
 from infersim.serving import WorkloadStats
 from infersim.specs import catalog
@@ -666,7 +666,8 @@ def test_leaving_the_node_slows_all_reduce_about_as_measured():
 def test_ep_group_size_trades_weight_bytes_against_all_to_all_time():
     # DeepSeek-R1 fp4 on GB300 NVL72, DEP instances (tp = ep = dp): a wider EP group holds fewer expert
     # bytes per GPU, so more sequences fit per GPU; its all-to-all for the same tokens per GPU takes
-    # longer, and far longer once the group leaves the 72-GPU rack (EP144 over the NICs).
+    # longer, and far longer once the group leaves the 72-GPU rack (EP144 over the NICs; decode
+    # tokens go by DeepEP's low-latency kernels, one send per destination rank).
     from infersim.engine import step_cost
     from infersim.graph import Shape
 
@@ -680,6 +681,66 @@ def test_ep_group_size_trades_weight_bytes_against_all_to_all_time():
     comm = step_cost(plan, lay, Shape(decode_seqs=64.0 * eps, decode_ctx=4000.0)).by_kind["comm"]
     assert np.all(np.diff(comm) > 0)
     assert comm[4] > 3 * comm[3]
+    # prompt tokens cross the NIC once per other rack they reach (comm.domain_fanout): the rack's
+    # edge costs less for a prefill step, and nothing changes inside the rack
+    prompts = step_cost(plan, lay, Shape(prefill_seqs=eps, prefill_len=4000.0)).by_kind["comm"]
+    decodes = step_cost(plan, lay, Shape(decode_seqs=4000.0 * eps, decode_ctx=1.0)).by_kind["comm"]
+    assert prompts[4] < 0.6 * decodes[4] and np.allclose(prompts[:4], decodes[:4], rtol=1e-9)
+
+
+def _routed_domains_mc(ep, domain, n_groups, top_k_groups, k=8, experts=256, n=20000, seed=0):
+    """Monte Carlo of group-limited routing: a token picks top_k_groups of n_groups groups, then k
+    distinct experts among theirs; experts laid out in order over ep ranks, ranks over domains of
+    ``domain``. Mean distinct domains reached other than the sender's (a uniformly drawn domain)."""
+    rng = np.random.default_rng(seed)
+    per_group, m = experts // n_groups, -(-ep // domain)
+    dom_of_expert = (np.arange(experts) * ep // experts) // domain
+    total = 0.0
+    for _ in range(n):
+        groups = rng.choice(n_groups, top_k_groups, replace=False)
+        pool = (groups[:, None] * per_group + np.arange(per_group)).ravel()
+        reached = set(dom_of_expert[rng.choice(pool, k, replace=False)])
+        total += len(reached - {rng.integers(m)})
+    return total / n
+
+
+@pytest.mark.parametrize("ep,domain", [(16, 8), (32, 8), (64, 8), (144, 8), (144, 72)])
+def test_domain_fanout_matches_group_limited_routing(ep, domain):
+    """Domains a DeepSeek token reaches beyond its own (8 groups, top-4 groups, top-8 of 256 experts)
+    against a Monte Carlo of the routing, within 5 %; with the groups on 8 nodes (EP64) at most 4
+    nodes are reached, as the DeepSeek-V3 report's node-limited routing states."""
+    got = float(comm.domain_fanout(ep, domain, 8, 8, 4))
+    mc = _routed_domains_mc(ep, domain, 8, 4)
+    assert got == pytest.approx(mc, rel=0.05), (got, mc)
+    free = float(comm.domain_fanout(ep, domain, 8))
+    assert got <= free + 1e-12
+
+
+def test_domain_fanout_without_groups_and_inside_one_domain():
+    m = 4.0  # EP32 on 8-GPU nodes: 4 domains, any experts
+    assert float(comm.domain_fanout(32, 8, 8)) == pytest.approx(m * (1 - (1 - 1 / m) ** 8) * (m - 1) / m)
+    assert float(comm.domain_fanout(8, 8, 8, 8, 4)) == 0.0 and float(comm.domain_fanout(72, 72, 8)) == 0.0
+
+
+def test_moe_all_to_all_crosses_the_nic_once_per_destination_domain():
+    """EP32 over four 8-GPU H100 nodes: the dispatch's NIC bytes are the tokens times the domains
+    they reach, not the even spread over 24 remote ranks; without group limits it is never more
+    than the even spread, and inside one domain the fanout changes nothing."""
+    from infersim.graph import Fanout
+
+    hw = S.hardware("h100-sxm")
+    tok = 1e6  # bytes of the rank's tokens, one copy each
+    g = float(graph.distinct_groups(32, 8))
+    spread = comm.collective_time(Collective.ALL_TO_ALL, tok * g, 32, hw)
+    dedup = comm.collective_time(Collective.ALL_TO_ALL, tok * g, 32, hw, fanout=Fanout(tok, 8))
+    limited = comm.collective_time(Collective.ALL_TO_ALL, tok * g, 32, hw, fanout=Fanout(tok, 8, 8, 4))
+    assert limited < dedup < spread
+    eff = hw.efficiency.comm_fraction
+    nic = lambda t: t - hw.scale_out.latency_us * 1e-6 * 3  # noqa: E731  (2 in log2 of 4 domains + 1)
+    up_spread = (8 - 1) / 32 * tok * g / (hw.scale_up.bandwidth * eff) + hw.scale_up.latency_us * 1e-6
+    assert nic(spread) - up_spread == pytest.approx(24 / 32 * tok * g / (hw.scale_out.bandwidth * eff))
+    inside = comm.collective_time(Collective.ALL_TO_ALL, tok * 4, 8, hw)
+    assert comm.collective_time(Collective.ALL_TO_ALL, tok * 4, 8, hw, fanout=Fanout(tok, 8, 8, 4)) == inside
 
 
 @pytest.mark.parametrize("n,domain", [(72, 72), (288, 72), (64, 8), (9, 8), (300, 72), (16, 4)])

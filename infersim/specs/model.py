@@ -127,11 +127,25 @@ class MoeSpec(Spec):
     """Gated-MLP intermediate width of one expert."""
     n_dense_leading_layers: Count = 0
     """Leading layers that use a dense MLP instead of MoE (DeepSeek: 3)."""
+    n_groups: Dim | None = None
+    """Expert groups of group-limited routing (config ``n_group``; DeepSeek-V3/R1: 8). Unset: a
+    token may pick any experts."""
+    top_k_groups: Dim | None = None
+    """Groups a token's experts may come from (config ``topk_group``; DeepSeek-V3/R1: 4). With the
+    groups laid out on scale-up domains, a token's dispatch leaves its domain for at most this many
+    (DeepSeek-V3 technical report, node-limited routing)."""
 
     @model_validator(mode="after")
     def _check(self):
         if self.top_k > self.n_routed_experts:
             raise ValueError(f"top_k ({self.top_k}) exceeds n_routed_experts ({self.n_routed_experts})")
+        if (self.n_groups is None) != (self.top_k_groups is None):
+            raise ValueError("n_groups and top_k_groups go together: set both (group-limited routing) or neither")
+        if self.n_groups is not None:
+            if self.n_routed_experts % self.n_groups:
+                raise ValueError(f"n_groups ({self.n_groups}) must divide n_routed_experts ({self.n_routed_experts})")
+            if self.top_k_groups > self.n_groups:
+                raise ValueError(f"top_k_groups ({self.top_k_groups}) exceeds n_groups ({self.n_groups})")
         return self
 
 
