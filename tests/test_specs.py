@@ -354,3 +354,26 @@ def test_mla_decode_fraction_is_optional_and_loads(tmp_dir):
     assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction is None
     data["efficiency"]["mla_decode_fraction"] = 0.45
     assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction == 0.45
+
+
+@pytest.mark.parametrize("moe, field", [
+    ({"n_groups": 8, "top_k_groups": 4}, None),
+    ({}, None),
+    ({"n_groups": 8}, "moe"),              # one without the other
+    ({"top_k_groups": 4}, "moe"),
+    ({"n_groups": 8, "top_k_groups": 9}, "moe"),   # more groups picked than exist
+    ({"n_groups": 7, "top_k_groups": 4}, "moe"),   # 7 does not divide 256 experts
+    ({"n_groups": 0, "top_k_groups": 4}, "moe.n_groups"),
+])
+def test_group_limited_routing_fields(moe, field, tmp_dir):
+    """``moe.n_groups``/``moe.top_k_groups`` (DeepSeek's 8 groups, top 4) go together and must fit
+    the experts; a bad pair is a spec error naming the moe block."""
+    data = yaml.safe_load(catalog.resolve("model", "deepseek-r1").read_text())
+    data["moe"].pop("n_groups"), data["moe"].pop("top_k_groups")
+    data["moe"].update(moe)
+    path = _write(tmp_dir, yaml.safe_dump(data).encode())
+    if field is None:
+        spec = catalog.load("model", path)
+        assert (spec.moe.n_groups, spec.moe.top_k_groups) == (moe.get("n_groups"), moe.get("top_k_groups"))
+    else:
+        _assert_spec_error("model", path, field)
