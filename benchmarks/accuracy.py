@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="prediction processes (default: auto)")
     ap.add_argument("--worst", type=int, default=10, help="worst rows to list")
     ap.add_argument("--plot", default=None, help="write a predicted-vs-published plot here")
+    ap.add_argument("--cv-plot", default=None, help="with --cv: draw each fold kind's held-out errors to this .png/.svg/.pdf")
     ap.add_argument("--json", default=None, help="write the validation report (JSON) here")
     ap.add_argument("--calibrate", action="store_true", help="also fit all rows and print the in-sample fit")
     ap.add_argument("--cv", action="store_true", help="also cross-validate the calibration (slow)")
@@ -84,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({block['rows']} held-out rows; uncalibrated {block['uncalibrated_median_ape']:.1f} % / "
                   f"{block['uncalibrated_p90_ape']:.1f} %)")
         print(f"cross-validation wall time: {time.perf_counter() - t:.0f} s")
+        if args.cv_plot:
+            print(f"cv plot: {accuracy.plot_cv(cv, args.cv_plot)}")
         if args.json:
             base, ext = os.path.splitext(args.json)
             path = accuracy.write_text(f"{base}.cv{ext or '.json'}", json.dumps(cv, indent=2, default=str))

@@ -174,6 +174,28 @@ def test_plot_is_written_atomically(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["acc.png"]  # no temporary file left behind
 
 
+def test_cv_plot_is_written_atomically_and_refuses_bad_input(tmp_path):
+    """``plot_cv`` draws each fold kind's held-out rows (cross_validate's ``held_out`` tables); an
+    unknown suffix, a folder or a result without folds is a SpecError, and no file is left then."""
+    def row(v, m, pub, pred):
+        return {"version": v, "hardware": "h100-sxm", "model": m, "published_tokens_per_s": pub,
+                "predicted_tokens_per_s": pred}
+    cv = {"leave_one_round_out": {"median_ape": 8.0, "p90_ape": 30.0,
+                                  "held_out": [row("v5.1", "llama2-70b", 1e4, 1.2e4), row("v6.0", "deepseek-r1", 5e5, 3e5),
+                                               row("v6.0", "deepseek-r1", 2e3, None)]},
+          "leave_one_model_out": {"median_ape": 9.0, "p90_ape": 35.0,
+                                  "held_out": [row("v5.1", "llama2-70b", 1e4, 0.9e4), row("v4.1", "mixtral-8x7b", 3e3, 9e3)]}}
+    out = accuracy.plot_cv(cv, tmp_path / "cv.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["cv.png"]
+    for bad in (tmp_path / "cv.bmp", tmp_path):
+        with pytest.raises(SpecError):
+            accuracy.plot_cv(cv, bad)
+    with pytest.raises(SpecError):
+        accuracy.plot_cv({"leave_one_round_out": {"rows": 0}}, tmp_path / "none.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cv.png"]
+
+
 def test_progress_and_parallel_workers_agree():
     rows = [make_row("v5.1", "h100-sxm", "llama3.1-8b", s, n, 1000.0) for s in ("offline", "server")
             for n in (1, 2, 4)]

@@ -12,7 +12,7 @@ from .data import (REQUIRED_COLUMNS, PredictionKey, Row, bundled_data, frontier_
                    preset_rounds, resolve_preset)
 from .fit import DEFAULT_PARAMETERS, ROUND_PARAMETERS, calibrate
 from .params import HARDWARE_RANGES, ROUND_FACTORS, parse_parameters
-from .plot import plot, write_text
+from .plot import plot, plot_cv, write_text
 from .progress import LineProgress, Progress, RichProgress, for_stderr
 from .result import CalibrationResult
 from .runner import Runner, validate
@@ -21,6 +21,6 @@ from .write import check_out_dir, write
 
 __all__ = ["parse_parameters", "REQUIRED_COLUMNS", "Row", "RowResult", "ValidationReport", "PredictionKey", "CalibrationResult", "Runner",
            "Progress", "LineProgress", "RichProgress", "for_stderr", "bundled_data", "load_rows", "make_row",
-           "frontier_mask", "preset_rounds", "resolve_preset", "summarize", "validate", "plot", "write_text",
+           "frontier_mask", "preset_rounds", "resolve_preset", "summarize", "validate", "plot", "plot_cv", "write_text",
            "calibrate", "cross_validate", "format_cv", "transfer_prior", "write", "check_out_dir",
            "DEFAULT_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "ROUND_FACTORS", "FOLD_KINDS"]

@@ -86,4 +86,68 @@ def plot(report: ValidationReport, path: str | os.PathLike, *, color_by: str = "
     return write_atomic(path, buf.getvalue())
 
 
-__all__ = ["plot", "write_text", "PLOT_FORMATS"]
+def plot_cv(cv: dict, path: str | os.PathLike) -> Path:
+    """Held-out error of a cross-validation (``cross_validate``'s result), one panel per fold kind.
+
+    Each held-out frontier row at its published tokens/s (log) against predicted / published (log),
+    coloured by the fold that held it out, with the ±10 % and ±25 % bands and the pooled median and
+    p90 absolute error in the panel title: where a table gives the figures, this shows which folds
+    and which sizes of system carry them. The file type follows the suffix; written atomically.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    path = Path(path)
+    kind = (path.suffix.lstrip(".") or "png").lower()
+    if kind not in PLOT_FORMATS:
+        raise SpecError(f"plot file type '.{kind}' not supported (expected .png, .svg or .pdf)", file=str(path))
+    if path.is_dir():
+        raise SpecError("is a folder; expected a plot file name", file=str(path))
+    blocks = [(k, b) for k, b in cv.items() if isinstance(b, dict) and "held_out" in b]
+    if not blocks:
+        raise SpecError("no cross-validation folds to plot (expected leave_one_*_out blocks with held_out rows)")
+    fig = Figure(figsize=(5.2 * len(blocks), 5.0), dpi=110)
+    FigureCanvasAgg(fig)
+    import matplotlib
+    import matplotlib.ticker
+
+    cmap = matplotlib.colormaps["tab10"]
+    field = {"leave_one_round_out": "version", "leave_one_model_out": "model", "leave_one_hardware_out": "hardware"}
+    for i, (name, block) in enumerate(blocks):
+        ax = fig.add_subplot(1, len(blocks), i + 1)
+        rows = [r for r in block["held_out"] if r.get("predicted_tokens_per_s")]
+        pub = [r["published_tokens_per_s"] for r in rows]
+        lo, hi = (min(pub) / 1.5, max(pub) * 1.5) if pub else (1.0, 1e6)
+        ax.axhspan(1 / 1.25, 1.25, color="0.9", lw=0, label="±25 %")
+        ax.axhspan(1 / 1.10, 1.10, color="0.78", lw=0, label="±10 %")
+        ax.axhline(1.0, color="0.3", lw=1)
+        key = field.get(name, "version")
+        groups = sorted({r[key] for r in rows})
+        for gi, g in enumerate(groups):
+            sel = [r for r in rows if r[key] == g]
+            ax.scatter([r["published_tokens_per_s"] for r in sel],
+                       [r["predicted_tokens_per_s"] / r["published_tokens_per_s"] for r in sel],
+                       s=26, color=cmap(gi % 10), edgecolors="black", linewidths=0.5, label=str(g))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(1 / 2.5, 2.5)
+        ax.set_yticks([0.5, 0.75, 1.0, 1.33, 2.0])
+        ax.set_yticklabels(["0.5", "0.75", "1", "1.33", "2"])
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("published output tokens/s (system)")
+        if i == 0:
+            ax.set_ylabel("predicted / published (held out)")
+        n_out = sum(1 for r in rows if not 1 / 2.5 <= r["predicted_tokens_per_s"] / r["published_tokens_per_s"] <= 2.5)
+        ax.set_title(f"{name.replace('_', ' ')}: median {fmt(block.get('median_ape'))} %, p90 "
+                     f"{fmt(block.get('p90_ape'))} %" + (f"\n({n_out} rows beyond the axis)" if n_out else ""),
+                     fontsize=9)
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+        ax.legend(loc="lower left", fontsize=7, title=f"held-out {key}", title_fontsize=7, ncol=2)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format=kind)
+    return write_atomic(path, buf.getvalue())
+
+
+__all__ = ["plot", "plot_cv", "write_text", "PLOT_FORMATS"]
