@@ -216,7 +216,7 @@ KNOWN_GAPS_BALANCED = {  # (gate, budget, load) -> measured miss (model − DES)
     # × 48,000 requests (seventh session) the five non-chunked misses below are ttft_mean +8.8 ± 0.1,
     # +9.2 ± 0.4, +6.6 ± 0.4 % (60 %: 6/2, 9/3, 6/2 flat2048) and +9.2 ± 1.1, +5.3 ± 0.6 % (90 %),
     # with the decode batch +4 … +9 % and tpot_mean +2 … +10 % beside them: the model's context
-    # iterations stall longer on every gated point, the busiest rank's share of the router's period
+    # iterations stall longer on every gated point (the busiest rank's prompt tokens, above).
     ("6/2", "none", 0.6): "ttft_mean +8.2 %",
     ("6/2", "none", 0.9): "tpot_p99 +12.5 %",
     ("6/2", "flat2048", 0.6): "ttft_mean +5.7 %",
