@@ -474,15 +474,20 @@ def calibrate_cmd(
     operating_points: Optional[Path] = typer.Option(None, "--operating-points", help="Also fit the model's mean TPOT at each measured operating point of this CSV (columns of data/mlperf_operating_points.csv)."),
     bundled_operating_points: bool = typer.Option(False, "--bundled-operating-points", help="Also fit the bundled operating points (data/mlperf_operating_points.csv)."),
     parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma-separated efficiency fields to fit per hardware (default: the shipped set; each must have a documented range, see infersim/accuracy/params.py)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="With --cv: draw each fold kind's held-out errors (predicted/published against published tokens/s) to this .png, .svg or .pdf file."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
-    Nothing is written unless --out or --in-place is given.
+    Nothing is written unless --out, --in-place or --plot is given.
     """
     from . import accuracy
 
     if out is not None and in_place:
         raise SpecError("give either --out DIR or --in-place, not both")
+    if plot is not None:
+        if not cv:
+            raise SpecError("--plot draws the cross-validation: give --cv with it")
+        files.check_output_path(plot, flag="--plot", suffixes=(".png", ".svg", ".pdf"), image=True)
     if out is not None:
         checks.check_calibrate_out(out)
         accuracy.check_out_dir(out)  # refuse before a long fit, not after
@@ -495,6 +500,8 @@ def calibrate_cmd(
     if out is not None or in_place:
         for path in accuracy.write(res, None if in_place else out, in_place=in_place):
             typer.echo(f"wrote {path}", err=True)
+    if plot is not None and res.cv:
+        typer.echo(f"wrote {accuracy.plot_cv(res.cv, plot)}", err=True)
 
 
 # ---- sweep and plan: bodies in cli_products, rendering here ---------------------------------------

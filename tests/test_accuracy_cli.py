@@ -103,3 +103,22 @@ def test_calibrate_fits_the_parameters_it_is_given(runner, tmp_path):
     d = json.loads(result.stdout)
     assert d["parameters"] == ["l40s.compute_fraction", "l40s.gemm_overlap"]
     assert set(d["hardware"]["l40s"]) == {"compute_fraction", "gemm_overlap"}
+
+
+def test_calibrate_cv_plot_is_written_and_its_refusals(runner, tmp_path):
+    """``calibrate --cv --plot FILE`` draws the held-out errors; --plot needs --cv, a known image
+    suffix and, for an existing file that this command did not write, --force (checked before the fit)."""
+    out = tmp_path / "cv.png"
+    result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--cv", "--plot", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in result.stderr
+    again = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--cv", "--plot", str(out)])
+    assert again.exit_code == 0, again.output  # its own earlier output may be replaced
+    for args, message in ((["--plot", str(tmp_path / "a.png")], "give --cv"),
+                          (["--cv", "--plot", str(tmp_path / "a.jpg")], "--plot must end in")):
+        bad = runner.invoke(app, ["calibrate", "--data", str(SMALL), *args])
+        assert bad.exit_code == 2 and message in bad.stderr, bad.output
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"not a plot")
+    refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--cv", "--plot", str(mine)])
+    assert refused.exit_code == 2 and "--force" in refused.stderr and mine.read_bytes() == b"not a plot"
