@@ -140,7 +140,7 @@ def plot_cv(cv: dict, path: str | os.PathLike) -> Path:
             ax.set_ylabel("predicted / published (held out)")
         n_out = sum(1 for r in rows if not 1 / 2.5 <= r["predicted_tokens_per_s"] / r["published_tokens_per_s"] <= 2.5)
         ax.set_title(f"{name.replace('_', ' ')}: median {fmt(block.get('median_ape'))} %, p90 "
-                     f"{fmt(block.get('p90_ape'))} %" + (f"\n({n_out} rows beyond the axis)" if n_out else ""),
+                     f"{fmt(block.get('p90_ape'))} %" + (f"\n({n_out} row{'s' if n_out > 1 else ''} beyond the axis)" if n_out else ""),
                      fontsize=9)
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
         ax.legend(loc="lower left", fontsize=7, title=f"held-out {key}", title_fontsize=7, ncol=2)
