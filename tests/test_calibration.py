@@ -352,6 +352,46 @@ def test_transfer_prior_takes_a_die_siblings_kernel_efficiencies():
                                                      rel=1e-3)
 
 
+def test_transfer_prior_takes_a_separately_fitted_same_die_profiles_values(tmp_path, monkeypatch):
+    # h200-sxm names transfer_as h100-sxm (one GH100 die, fitted separately): held out either way, a
+    # profile takes the other's fitted kernel efficiencies, and h100-pcie (transfer_as h100-sxm too)
+    # the median of both where both are fitted; the host cost per step stays the fleet median; a
+    # profile with no same-die partner keeps the fleet ratio
+    from infersim.specs import dump_spec
+    from strategies import pinned
+
+    root = tmp_path / "profiles" / "hardware_profiles"
+    root.mkdir(parents=True)
+    for hw_id, partner in (("h100-sxm", None), ("h200-sxm", "h100-sxm"), ("h100-pcie", "h100-sxm"), ("mi325x", "mi300x")):
+        hw = pinned(catalog.load("hardware", hw_id))
+        (root / f"{hw_id}.yaml").write_text(dump_spec(with_efficiency(hw, transfer_as=partner)))
+    monkeypatch.setenv(catalog.ENV_VAR, str(root.parent))
+    fitted = {"h100-sxm": {"compute_fraction": 0.78, "attention_fraction": 0.26, "step_overhead_ms": 3.6},
+              "b200": {"compute_fraction": 0.57, "attention_fraction": 0.9, "step_overhead_ms": 5.0}}
+    defaults = {f"{h}.{n}": v for h in ("h100-sxm", "b200", "h200-sxm")
+                for n, v in (("compute_fraction", 0.803), ("attention_fraction", 0.5), ("step_overhead_ms", 0.5))}
+    result = accuracy.CalibrationResult(
+        hardware=fitted, presets={}, initial=dict(defaults), defaults=defaults, parameters=sorted(defaults),
+        skipped={}, reference_round=None, rows=0, excluded=[], before={}, after={"median_ape": 1.0}, by_owner={},
+        row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0, predictions=0, message="")
+    h200 = accuracy.transfer_prior(result, "h200-sxm")
+    assert h200["compute_fraction"] == 0.78 and h200["attention_fraction"] == 0.26
+    assert h200["step_overhead_ms"] == pytest.approx(4.3)  # the fleet median of 3.6 and 5.0
+    fitted["h200-sxm"] = {"compute_fraction": 0.8, "attention_fraction": 0.7, "step_overhead_ms": 0.23}
+    pcie = accuracy.transfer_prior(result, "h100-pcie")
+    assert pcie["compute_fraction"] == pytest.approx(0.79) and pcie["attention_fraction"] == pytest.approx(0.48)
+    del fitted["h100-sxm"]
+    h100 = accuracy.transfer_prior(result, "h100-sxm")  # the other direction
+    assert h100["compute_fraction"] == 0.8 and h100["attention_fraction"] == 0.7
+    mi325x = accuracy.transfer_prior(result, "mi325x")  # its partner mi300x is not fitted: the fleet rule
+    ratio = float(np.median([0.57 / 0.803, 0.8 / 0.803]))
+    from infersim.accuracy.fit import hardware_defaults
+    from infersim.accuracy.runner import Runner
+
+    own_default = hardware_defaults(Runner(None), "mi325x", ["compute_fraction"])["compute_fraction"]
+    assert mi325x["compute_fraction"] == pytest.approx(own_default * ratio, rel=1e-3)
+
+
 # ---- scope, safety, round order, findings, folds ---------------------------------------------
 
 

@@ -48,7 +48,8 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
 
     Notes
     -----
-    Same die (``kernels_as``, in either direction, e.g. B300 and GB300 NVL72): the kernel
+    Same die (``kernels_as``, in either direction, e.g. B300 and GB300 NVL72; failing that
+    ``transfer_as``, the same die fitted separately, e.g. H200 and H100 SXM): the kernel
     efficiencies (``params.KERNEL_PARAMETERS``, fractions of the die's own peaks) are the fitted
     sibling's, the median where several are fitted, as calibrate would tie them. Same host
     (``host_as``, e.g. GB200 and GB300 NVL72 on Grace): the per-step host cost
@@ -63,6 +64,9 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     default = hardware_defaults(run, hw_id, names)
     die, host = die_root(run, hw_id), tie_root(run, hw_id, "host_as")
     siblings = [h for h in result.hardware if h != hw_id and die_root(run, h) == die]
+    if not siblings:  # the same die fitted separately (``transfer_as``)
+        same = tie_root(run, die, "transfer_as")
+        siblings = [h for h in result.hardware if h != hw_id and tie_root(run, die_root(run, h), "transfer_as") == same]
     hosts = [h for h in result.hardware if h != hw_id and tie_root(run, h, "host_as") == host]
     out = {}
     for name in names:

@@ -331,6 +331,12 @@ class EfficiencySpec(Spec):
     engines on the same Grace CPUs): the per-step host cost (``accuracy.params.HOST_PARAMETERS``) is
     the CPU's and the serving stack's, so ``infersim calibrate`` fits it as one value from both
     profiles' rows. None: its own."""
+    transfer_as: str | None = Field(default=None, min_length=1, max_length=200)
+    """Hardware profile on the same GPU die that ``infersim calibrate`` fits separately (different
+    memory, clocks or software rounds: H200 and H100 SXM are both GH100): where one of the two has
+    no fitted values of its own (too few rows, or held out by leave-one-hardware-out), it takes the
+    other's fitted kernel efficiencies instead of the fleet's ratios (``accuracy.cv.transfer_prior``);
+    either direction. None: none."""
     source: list[str] = Field(default_factory=list)
     """Where the default values come from."""
     calibration: CalibrationRecord | None = None
