@@ -23,6 +23,17 @@ def write_text(path: str | os.PathLike, text: str) -> Path:
     return write_atomic(Path(path), text.encode("utf-8"))
 
 
+def _plot_target(path: str | os.PathLike) -> tuple[Path, str]:
+    """(path, file type) of a plot to write: a known suffix (.png when none), not a folder."""
+    path = Path(path)
+    kind = (path.suffix.lstrip(".") or "png").lower()
+    if kind not in PLOT_FORMATS:
+        raise SpecError(f"plot file type '.{kind}' not supported (expected .png, .svg or .pdf)", file=str(path))
+    if path.is_dir():
+        raise SpecError("is a folder; expected a plot file name", file=str(path))
+    return path, kind
+
+
 def plot(report: ValidationReport, path: str | os.PathLike, *, color_by: str = "model",
          title: str | None = None) -> Path:
     """Predicted vs published tokens/s, log-log, one colour per model (or hardware).
@@ -36,12 +47,7 @@ def plot(report: ValidationReport, path: str | os.PathLike, *, color_by: str = "
 
     if color_by not in ("model", "hardware", "scenario", "version"):
         raise SpecError(f"color_by must be model, hardware, scenario or version (got '{color_by}')")
-    path = Path(path)
-    kind = (path.suffix.lstrip(".") or "png").lower()
-    if kind not in PLOT_FORMATS:
-        raise SpecError(f"plot file type '.{kind}' not supported (expected .png, .svg or .pdf)", file=str(path))
-    if path.is_dir():
-        raise SpecError("is a folder; expected a plot file name", file=str(path))
+    path, kind = _plot_target(path)
     ok = [r for r in report.results if r.predicted is not None]
     fig = Figure(figsize=(7.5, 6.5), dpi=120)
     FigureCanvasAgg(fig)
@@ -97,12 +103,7 @@ def plot_cv(cv: dict, path: str | os.PathLike) -> Path:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    path = Path(path)
-    kind = (path.suffix.lstrip(".") or "png").lower()
-    if kind not in PLOT_FORMATS:
-        raise SpecError(f"plot file type '.{kind}' not supported (expected .png, .svg or .pdf)", file=str(path))
-    if path.is_dir():
-        raise SpecError("is a folder; expected a plot file name", file=str(path))
+    path, kind = _plot_target(path)
     blocks = [(k, b) for k, b in cv.items() if isinstance(b, dict) and "held_out" in b]
     if not blocks:
         raise SpecError("no cross-validation folds to plot (expected leave_one_*_out blocks with held_out rows)")
