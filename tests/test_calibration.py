@@ -582,6 +582,24 @@ def test_kernels_as_must_name_a_profile_and_not_loop(tmp_path, monkeypatch):
     assert die_sharing(Runner(), ["h100-sxm", "h200-sxm"])[0] == {"h200-sxm": "h100-sxm"}
 
 
+def test_transfer_as_naming_no_profile_is_a_spec_error_when_it_is_used(tmp_path, monkeypatch):
+    from infersim.specs import dump_spec
+    from strategies import pinned
+
+    root = tmp_path / "p" / "hardware_profiles"
+    root.mkdir(parents=True)
+    hw = with_efficiency(pinned(catalog.load("hardware", "h200-sxm")), transfer_as="no-such-gpu")
+    (root / "h200-sxm.yaml").write_text(dump_spec(hw))
+    monkeypatch.setenv(catalog.ENV_VAR, str(root.parent))
+    result = accuracy.CalibrationResult(
+        hardware={"h100-sxm": {"compute_fraction": 0.78}}, presets={}, initial={}, defaults={"h100-sxm.compute_fraction": 0.8},
+        parameters=["h100-sxm.compute_fraction"], skipped={}, reference_round=None, rows=0, excluded=[], before={},
+        after={"median_ape": 1.0}, by_owner={}, row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0,
+        predictions=0, message="")
+    with pytest.raises(SpecError, match="transfer_as 'no-such-gpu' is not a hardware profile"):
+        accuracy.transfer_prior(result, "h200-sxm")
+
+
 def test_shipped_nvl72_profiles_carry_their_hgx_siblings_die():
     assert catalog.load_hardware("gb200-nvl72").efficiency.kernels_as == "b200"
     assert catalog.load_hardware("gb300-nvl72").efficiency.kernels_as == "b300"
