@@ -140,9 +140,10 @@ def plot_cv(cv: dict, path: str | os.PathLike) -> Path:
         if i == 0:
             ax.set_ylabel("predicted / published (held out)")
         n_out = sum(1 for r in rows if not 1 / 2.5 <= r["predicted_tokens_per_s"] / r["published_tokens_per_s"] <= 2.5)
+        n_none = len(block["held_out"]) - len(rows)  # no prediction (infeasible) or 0: not drawable
+        notes = ([f"{n_out} beyond the axis"] if n_out else []) + ([f"{n_none} not predicted"] if n_none else [])
         ax.set_title(f"{name.replace('_', ' ')}: median {fmt(block.get('median_ape'))} %, p90 "
-                     f"{fmt(block.get('p90_ape'))} %" + (f"\n({n_out} row{'s' if n_out > 1 else ''} beyond the axis)" if n_out else ""),
-                     fontsize=9)
+                     f"{fmt(block.get('p90_ape'))} %" + (f"\n(rows: {'; '.join(notes)})" if notes else ""), fontsize=9)
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
         ax.legend(loc="lower left", fontsize=7, title=f"held-out {key}", title_fontsize=7, ncol=2)
     fig.tight_layout()
