@@ -105,9 +105,9 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
         t_in = _flat_volume(kind, payload_bytes, n) / (link_bandwidth(hw, n) * eff) + su.latency_us * US
     if np.all(inside):
         return np.where(n > 1, t_in, 0.0)
-    up_bytes, out_bytes = _hierarchical(kind, payload_bytes, np.maximum(n, d), d)
+    nn = np.maximum(n, d)
+    up_bytes, out_bytes = _hierarchical(kind, payload_bytes, nn, d)
     if fanout is not None and kind == Collective.ALL_TO_ALL:
-        nn = np.maximum(n, d)
         reach = domain_fanout(nn, d, fanout.top_k, fanout.n_groups, fanout.top_k_groups)
         share = np.clip(np.asarray(fanout.share, dtype=float), 0.0, 1.0)
         up_bytes = up_bytes + share * (nn - d) / nn * payload_bytes * (d - 1) / d

@@ -723,12 +723,14 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
             comm_exposed=cut(step.comm_exposed)))
         out = [cut(step.total, i) + plan.engine.host_time(b) for i, (_, b) in enumerate(pairs)]
         if first is not None:
-            out.append(np.maximum(cut(step.total, len(pairs)) - cache["decode"][1].total, 0.0) / first[0])
+            out.append(per_prompt(cut(step.total, len(pairs)), first[0]))
         return out
 
+    def per_prompt(total, n):  # a context iteration's time beyond the cached decode step, per prompt
+        return np.maximum(total - cache["decode"][1].total, 0.0) / n
+
     def prefill_time(n, imb):
-        shape = prefill_shape(cache["decode"][0], n, imb)
-        return np.maximum(step_cost(plan, layout, shape).total - cache["decode"][1].total, 0.0) / n
+        return per_prompt(step_cost(plan, layout, prefill_shape(cache["decode"][0], n, imb)).total, n)
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0,
                        lambda rows: decode_times([(rows, batch)])[0], prefill_time, dq=dq,

@@ -310,6 +310,15 @@ def test_a_broken_profile_is_a_spec_error(tmp_path):
         edited_text(path, "efficiency", {"compute_fraction": 0.5}, {}, HardwareSpec)
 
 
+def _fitted_result(hardware: dict, defaults: dict) -> accuracy.CalibrationResult:
+    """A calibration result holding only fitted hardware values and their documented defaults (what
+    ``transfer_prior`` reads)."""
+    return accuracy.CalibrationResult(
+        hardware=hardware, presets={}, initial=dict(defaults), defaults=defaults, parameters=sorted(defaults),
+        skipped={}, reference_round=None, rows=0, excluded=[], before={}, after={"median_ape": 1.0}, by_owner={},
+        row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0, predictions=0, message="")
+
+
 def test_transfer_prior_scales_the_hardwares_own_default():
     # one fitted hardware with compute_fraction 0.803 -> 0.4015 (ratio 0.5): a0.869 default -> 0.4345
     result = accuracy.CalibrationResult(
@@ -334,10 +343,7 @@ def test_transfer_prior_takes_a_die_siblings_kernel_efficiencies():
     defaults = {"gb300-nvl72.compute_fraction": 0.78, "gb300-nvl72.moe_memory_fraction": 0.8,
                 "gb300-nvl72.step_overhead_ms": 0.5, "h100-sxm.compute_fraction": 0.803,
                 "h100-sxm.moe_memory_fraction": 0.8, "h100-sxm.step_overhead_ms": 0.5}
-    result = accuracy.CalibrationResult(
-        hardware=fitted, presets={}, initial=dict(defaults), defaults=defaults, parameters=sorted(defaults),
-        skipped={}, reference_round=None, rows=0, excluded=[], before={}, after={"median_ape": 1.0}, by_owner={},
-        row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0, predictions=0, message="")
+    result = _fitted_result(fitted, defaults)
     b300 = accuracy.transfer_prior(result, "b300")
     assert b300["compute_fraction"] == 0.35 and b300["moe_memory_fraction"] == 0.2
     assert b300["step_overhead_ms"] == pytest.approx(2.0)  # median of 0.3 and 3.7
@@ -370,10 +376,7 @@ def test_transfer_prior_takes_a_separately_fitted_same_die_profiles_values(tmp_p
               "b200": {"compute_fraction": 0.57, "attention_fraction": 0.9, "step_overhead_ms": 5.0}}
     defaults = {f"{h}.{n}": v for h in ("h100-sxm", "b200", "h200-sxm")
                 for n, v in (("compute_fraction", 0.803), ("attention_fraction", 0.5), ("step_overhead_ms", 0.5))}
-    result = accuracy.CalibrationResult(
-        hardware=fitted, presets={}, initial=dict(defaults), defaults=defaults, parameters=sorted(defaults),
-        skipped={}, reference_round=None, rows=0, excluded=[], before={}, after={"median_ape": 1.0}, by_owner={},
-        row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0, predictions=0, message="")
+    result = _fitted_result(fitted, defaults)
     h200 = accuracy.transfer_prior(result, "h200-sxm")
     assert h200["compute_fraction"] == 0.78 and h200["attention_fraction"] == 0.26
     assert h200["step_overhead_ms"] == pytest.approx(4.3)  # the fleet median of 3.6 and 5.0
@@ -591,11 +594,7 @@ def test_transfer_as_naming_no_profile_is_a_spec_error_when_it_is_used(tmp_path,
     hw = with_efficiency(pinned(catalog.load("hardware", "h200-sxm")), transfer_as="no-such-gpu")
     (root / "h200-sxm.yaml").write_text(dump_spec(hw))
     monkeypatch.setenv(catalog.ENV_VAR, str(root.parent))
-    result = accuracy.CalibrationResult(
-        hardware={"h100-sxm": {"compute_fraction": 0.78}}, presets={}, initial={}, defaults={"h100-sxm.compute_fraction": 0.8},
-        parameters=["h100-sxm.compute_fraction"], skipped={}, reference_round=None, rows=0, excluded=[], before={},
-        after={"median_ape": 1.0}, by_owner={}, row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0,
-        predictions=0, message="")
+    result = _fitted_result({"h100-sxm": {"compute_fraction": 0.78}}, {"h100-sxm.compute_fraction": 0.8})
     with pytest.raises(SpecError, match="transfer_as 'no-such-gpu' is not a hardware profile"):
         accuracy.transfer_prior(result, "h200-sxm")
 
