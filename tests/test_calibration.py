@@ -393,6 +393,13 @@ def test_transfer_prior_takes_a_separately_fitted_same_die_profiles_values(tmp_p
 
     own_default = hardware_defaults(Runner(None), "mi325x", ["compute_fraction"])["compute_fraction"]
     assert mi325x["compute_fraction"] == pytest.approx(own_default * ratio, rel=1e-3)
+    # with its partner fitted, a fraction of peak carries over as the partner's ratio to its own
+    # documented default (as MI300X's BF16 MAMF 0.514 against MI325X's 0.604), other kernel values as they are
+    fitted["mi300x"] = {"compute_fraction": 0.44, "attention_fraction": 0.5, "gemm_overlap": 0.3, "step_overhead_ms": 4.9}
+    defaults.update({"mi300x.compute_fraction": 0.514, "mi300x.attention_fraction": 0.5, "mi300x.step_overhead_ms": 0.5})
+    mi325x = accuracy.transfer_prior(result, "mi325x")
+    assert mi325x["compute_fraction"] == pytest.approx(own_default * 0.44 / 0.514, rel=1e-3)
+    assert mi325x["attention_fraction"] == pytest.approx(0.5) and mi325x["gemm_overlap"] == pytest.approx(0.3)
 
 
 # ---- scope, safety, round order, findings, folds ---------------------------------------------
@@ -539,6 +546,21 @@ def test_profiles_on_one_die_fit_one_kernel_efficiency_and_their_own_host_cost(t
                              prior_weight=0.0, max_nfev=20)
     assert own.hardware["h100-sxm"]["compute_fraction"] == pytest.approx(0.55, rel=0.03)
     assert own.hardware["h200-sxm"]["compute_fraction"] == pytest.approx(0.70, rel=0.03)
+
+
+def test_a_host_sibling_with_too_few_rows_is_not_written_with_unfitted_kernels(tmp_path, monkeypatch):
+    # h200-sxm shares h100-sxm's host but has 2 rows (< min_rows): its kernel efficiencies were never
+    # fitted, so the result must not carry it (its start values would stand as if fitted, in the
+    # fleet medians too); the prior then gives it the host sibling's fitted host cost
+    keys = KEYS[:5] + KEYS[-2:]
+    rows = synthetic_rows("h100-sxm", {"step_overhead_ms": 1.0, "compute_fraction": 0.55}, keys=keys) + \
+        synthetic_rows("h200-sxm", {"step_overhead_ms": 1.0, "compute_fraction": 0.70}, keys=keys[:2])
+    monkeypatch.setenv(catalog.ENV_VAR, str(_die_folder(tmp_path, host_as={"h200-sxm": "h100-sxm"})))
+    res = accuracy.calibrate(rows, fit_rounds=False, parameters=("compute_fraction", "step_overhead_ms"),
+                             prior_weight=0.0, max_nfev=10, transfer=False)
+    assert "h200-sxm" in res.skipped and "h200-sxm" not in res.hardware
+    prior = accuracy.transfer_prior(res, "h200-sxm")
+    assert prior["step_overhead_ms"] == res.hardware["h100-sxm"]["step_overhead_ms"]
 
 
 def test_profiles_on_one_host_fit_one_host_cost_and_their_own_kernels(tmp_path, monkeypatch):

@@ -51,7 +51,10 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     Same die (``kernels_as``, in either direction, e.g. B300 and GB300 NVL72; failing that
     ``transfer_as``, the same die fitted separately, e.g. H200 and H100 SXM): the kernel
     efficiencies (``params.KERNEL_PARAMETERS``, fractions of the die's own peaks) are the fitted
-    sibling's, the median where several are fitted, as calibrate would tie them. Same host
+    sibling's, the median where several are fitted, as calibrate would tie them; a sibling fitted
+    separately (``transfer_as``) lends its fractions of peak (``SCALE_PARAMETERS``) as ratios to its
+    own documented default, so a documented difference (MI325X's measured MAMF against MI300X's)
+    carries over. Same host
     (``host_as``, e.g. GB200 and GB300 NVL72 on Grace): the per-step host cost
     (``params.HOST_PARAMETERS``) is the fitted sibling's; otherwise the fleet's.
     Otherwise, for a fraction p: p_new = p_default(hw) · median_h(p_fit(h) / p_default(h)) over
@@ -64,7 +67,8 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     default = hardware_defaults(run, hw_id, names)
     die, host = die_root(run, hw_id), tie_root(run, hw_id, "host_as")
     siblings = [h for h in result.hardware if h != hw_id and die_root(run, h) == die]
-    if not siblings:  # the same die fitted separately (``transfer_as``)
+    separate = not siblings
+    if separate:  # the same die fitted separately (``transfer_as``)
         same = tie_root(run, die, "transfer_as")
         siblings = [h for h in result.hardware if h != hw_id and tie_root(run, die_root(run, h), "transfer_as") == same]
     hosts = [h for h in result.hardware if h != hw_id and tie_root(run, h, "host_as") == host]
@@ -75,6 +79,12 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
         same_host = [v for h, v in fitted if h in hosts]
         if same_die and name in KERNEL_PARAMETERS:
             value = float(np.median(same_die))
+            ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted
+                      if h in siblings and result.defaults.get(f"{h}.{name}")]
+            if separate and name in SCALE_PARAMETERS and ratios:
+                # fitted separately, each profile against its own documented default (e.g. its own
+                # measured MAMF): the sibling's calibrated-to-default ratio carries over
+                value = default[name] * float(np.median(ratios))
         elif same_host and name in HOST_PARAMETERS:
             value = float(np.median(same_host))
         elif name in SCALE_PARAMETERS:

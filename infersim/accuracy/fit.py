@@ -478,7 +478,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
 
         hw, rnd = values_of(x)
         fitted_hw = {params[j].owner for j in hw_idx}
-        fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw}  # written with the shared values
+        # written with the shared values; a profile with too few rows of its own is not: its other
+        # parameters were never fitted (``transfer_prior`` gives it the sibling's tied values)
+        fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw and d not in skipped}
         fitted_rnd = {params[j].owner for j in st_idx}
         hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters} for h in sorted(fitted_hw)}
         for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
