@@ -73,24 +73,28 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
         siblings = [h for h in result.hardware if h != hw_id and tie_root(run, die_root(run, h), "transfer_as") == same]
     hosts = [h for h in result.hardware if h != hw_id and tie_root(run, h, "host_as") == host]
     out = {}
+
+    def scaled(name, pairs):  # this profile's default × the pairs' median calibrated-to-default ratio
+        ratios = [val / result.defaults[f"{h}.{name}"] for h, val in pairs if result.defaults.get(f"{h}.{name}")]
+        return default[name] * float(np.median(ratios)) if ratios else None
+
     for name in names:
         fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
-        same_die = [v for h, v in fitted if h in siblings]
+        same_die = [(h, v) for h, v in fitted if h in siblings]
         same_host = [v for h, v in fitted if h in hosts]
+        value = None
         if same_die and name in KERNEL_PARAMETERS:
-            value = float(np.median(same_die))
-            ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted
-                      if h in siblings and result.defaults.get(f"{h}.{name}")]
-            if separate and name in SCALE_PARAMETERS and ratios:
-                # fitted separately, each profile against its own documented default (e.g. its own
-                # measured MAMF): the sibling's calibrated-to-default ratio carries over
-                value = default[name] * float(np.median(ratios))
+            # fitted separately, each profile against its own documented default (e.g. its own
+            # measured MAMF), a fraction of peak carries over as the sibling's ratio
+            if separate and name in SCALE_PARAMETERS:
+                value = scaled(name, same_die)
+            if value is None:
+                value = float(np.median([v for _, v in same_die]))
         elif same_host and name in HOST_PARAMETERS:
             value = float(np.median(same_host))
         elif name in SCALE_PARAMETERS:
-            ratios = [val / result.defaults[f"{h}.{name}"] for h, val in fitted if result.defaults.get(f"{h}.{name}")]
-            value = default[name] * float(np.median(ratios))
-        else:
+            value = scaled(name, fitted)
+        if value is None:
             value = float(np.median([val for _, val in fitted]))
         rng = HARDWARE_RANGES[name]
         out[name] = round_sig(float(np.clip(value, rng.lower, rng.upper)))
