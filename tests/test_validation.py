@@ -212,8 +212,40 @@ def test_whole_bundled_data_set_is_predicted_or_explained():
     report = validate(rows)
     s = report.summary
     assert s["rows"] == 442 and len(report.results) == 442
-    assert s["predicted_rows"] + s["n_failed"] == 442
+    assert s["predicted_rows"] + s["n_failed"] + s["not_modelled_rows"] == 442
     assert all(r.reason for r in report.results if r.predicted is None)
     assert all(math.isfinite(r.error_pct) for r in report.results if r.predicted is not None)
-    assert s["frontier_rows"] == len({r.group for r in rows})
+    # every group with a run at the part's standard power has one frontier row
+    assert s["frontier_rows"] == len({r.group for r in rows if not r.power_mode})
+    # NVIDIA's H200 runs at TGP 1000 W (the CTS systems, "H200 TGP 1000W" in their system descriptions;
+    # v4.0's results name them H200-Full) and the power-capped MaxQ runs are not the 700 W part
+    off = [r for r in report.results if r.not_modelled]
+    assert {r.row.columns["power_mode"] for r in off} == {"TGP 1000 W", "MaxQ"}
+    assert len(off) == 10 and all(r.row.hardware == "h200-sxm" and not r.frontier for r in off)
     assert np.isfinite(s["median_ape"])
+
+
+def test_a_run_at_another_power_configuration_is_not_modelled_nor_frontier(tmp_path):
+    """A row whose ``power_mode`` is set (a GPU run at another board power than its profile's)
+    is reported as not modelled, apart from failures, and never becomes its group's frontier row
+    even when it is the group's best result; the fit never sees it."""
+    p = tmp_path / "power.csv"
+    p.write_text("version,hardware,model,scenario,accelerators,tokens_per_s,power_mode\n"
+                 "v4.1,h200-sxm,llama2-70b,offline,8,34864,TGP 1000 W\n"
+                 "v4.1,h200-sxm,llama2-70b,offline,8,31303,\n"
+                 "v4.1,h200-sxm,llama2-70b,offline,1,4488,TGP 1000 W\n")
+    rows = load_rows(p)
+    assert [r.power_mode for r in rows] == ["TGP 1000 W", "", "TGP 1000 W"]
+    assert accuracy.frontier_mask(rows) == [False, True, False]
+    calls: list = []
+    report = validate(rows, predictor=fake_predictor(calls))
+    assert len(calls) == 1  # only the standard-power row is predicted
+    s = report.summary
+    assert s["predicted_rows"] == 1 and s["n_failed"] == 0 and s["not_modelled_rows"] == 2
+    assert s["frontier_rows"] == 1
+    assert report.results[0].reason.startswith("not modelled: power mode 'TGP 1000 W'")
+    assert "1 predicted, 0 not predicted, 2 not modelled" in report.to_table()
+    from infersim.accuracy.fit import fit_rows
+
+    fitted, bad = fit_rows(rows, None)
+    assert [f.row.tokens_per_s for f in fitted] == [31303.0] and bad == []

@@ -60,6 +60,12 @@ class Row:
         return f"mlperf-{self.model}-{self.scenario}"
 
     @property
+    def power_mode(self) -> str:
+        """The run's power configuration where it is not the part's standard board power (column
+        ``power_mode``, e.g. ``TGP 1000 W`` or ``MaxQ``); empty for a run at the standard power."""
+        return (self.columns.get("power_mode") or "").strip()
+
+    @property
     def group(self) -> tuple:
         """Frontier group key (version, hardware, model, scenario, accelerators)."""
         return (self.version, self.hardware, self.model, self.scenario, self.accelerators)
@@ -73,6 +79,9 @@ def make_row(version: str, hardware: str, model: str, scenario: str, accelerator
     cols.update({k: str(v) for k, v in extra.items()})
     return Row(version, hardware, model, scenario, int(accelerators), float(tokens_per_s), cols)
 
+
+NOT_MODELLED = "not modelled:"
+"""Prefix of the reason of a row the model does not describe (reported apart from failures)."""
 
 MAX_VALUE = 1e12
 """Largest accepted tokens/s or accelerator count in a results CSV."""
@@ -166,11 +175,14 @@ def load_rows(path: str | os.PathLike) -> list[Row]:
 def frontier_mask(rows: Sequence[Row]) -> list[bool]:
     """True for each row that is its group's best published result (the first one on ties).
 
-    A group is (version, hardware, model, scenario, accelerators); each group has exactly one
-    frontier row.
+    A group is (version, hardware, model, scenario, accelerators); each group with a row at the
+    part's standard power has exactly one frontier row. A run at another power configuration
+    (``Row.power_mode``) is never a frontier row: the hardware profile does not describe it.
     """
     best: dict[tuple, int] = {}
     for i, r in enumerate(rows):
+        if r.power_mode:
+            continue
         j = best.get(r.group)
         if j is None or r.tokens_per_s > rows[j].tokens_per_s:
             best[r.group] = i
@@ -222,10 +234,15 @@ def resolve_preset(version: str, presets_dir: str | os.PathLike | None = None, *
 
 
 def row_keys(rows: Sequence[Row], presets_dir=None) -> list[PredictionKey | str]:
-    """The prediction key of each row, or the reason it has none (a bad version)."""
+    """The prediction key of each row, or the reason it has none (a bad version, or a power
+    configuration the hardware profile does not describe: ``NOT_MODELLED``)."""
     rounds = preset_rounds(presets_dir)
     out: list[PredictionKey | str] = []
     for r in rows:
+        if r.power_mode:
+            out.append(f"{NOT_MODELLED} power mode '{r.power_mode}' (the '{r.hardware}' profile describes the part "
+                       "at its standard board power)")
+            continue
         try:
             preset = resolve_preset(r.version, presets_dir, rounds=rounds)
         except SpecError as exc:
@@ -246,4 +263,4 @@ def data_label(file: str) -> str:
 
 
 __all__ = ["REQUIRED_COLUMNS", "GROUP_FIELDS", "Row", "PredictionKey", "bundled_data", "make_row", "load_rows",
-           "frontier_mask", "preset_rounds", "resolve_preset", "row_keys", "data_label", "version_key"]
+           "frontier_mask", "NOT_MODELLED", "preset_rounds", "resolve_preset", "row_keys", "data_label", "version_key"]

@@ -145,6 +145,10 @@ def hardware_defaults(runner: Runner, hw_id: str, names: Sequence[str]) -> dict[
         return {n: float(getattr(eff, n)) for n in names}
 
 
+MOE_ROUND_FACTORS = ("moe_kernel_efficiency",)
+"""Round factors only MoE models exercise: one that no row of its round exercises is reported as a
+note, not as a finding, wherever the round order leaves it."""
+
 MOE_PARAMETERS = ("moe_memory_fraction",)
 """Hardware parameters only MoE models exercise: fitted only on a die with an MoE row or operating
 point in the fit, else set to the fitted profiles' median (``_unexercised``)."""
@@ -507,6 +511,18 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         op_after = stats([abs(v / m - 1) * 100 for v, m in zip(op_after_values, op_measured) if v is not None])
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
+        # a round's MoE factor that no row of the round exercises sits where the round order holds it,
+        # at its neighbour's value: no evidence either way, so a note and not a finding
+        from ..specs import catalog
+
+        moe_rounds = {fr.key.preset for fr in fit if catalog.load("model", fr.key.model).is_moe}
+        moe_rounds |= {o.key.preset for o in ops if catalog.load("model", o.model).is_moe}
+        for f in list(findings):
+            r, _, name = f["parameter"].rpartition(".")  # round names carry a dot (v4.0)
+            if name in MOE_ROUND_FACTORS and r in fitted_rnd and r not in moe_rounds:
+                findings.remove(f)
+                notes.append(f"{r}.{name}: no MoE row or operating point of this round in the fit; the round "
+                             f"order holds it at its neighbour's value ({rnd[r][name]:.4g}), not evidence either way")
         for f in list(findings):  # a tied value's finding belongs to every profile that carries it
             owner, _, name = f["parameter"].partition(".")
             for (d, n), (c, field) in sorted(ties.items()):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SpecError
-from .data import REQUIRED_COLUMNS, Row
+from .data import NOT_MODELLED, REQUIRED_COLUMNS, Row
 from .oppoints import AT_LIMIT_SHARE, LOAD_CLASSES, load_class
 
 BREAKDOWNS: dict[str, str] = {"hardware": "hardware", "model": "model", "scenario": "scenario", "round": "version"}
@@ -41,6 +41,11 @@ class RowResult:
         if self.predicted is None:
             return None
         return (self.predicted - self.row.tokens_per_s) / self.row.tokens_per_s * 100.0
+
+    @property
+    def not_modelled(self) -> bool:
+        """True for a row the model does not describe (e.g. a run at another power configuration)."""
+        return self.predicted is None and self.reason.startswith(NOT_MODELLED)
 
     @property
     def ape(self) -> float | None:
@@ -77,9 +82,11 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
     """Summary numbers: counts, median / p90 APE over all predicted rows and the frontier, breakdowns.
 
     ``rows`` counts every row; the error statistics are over rows that were predicted
-    (``n_failed`` were not; each keeps its reason in the per-row list).
+    (``n_failed`` were not, ``not_modelled_rows`` describe a configuration the model does not, such as
+    a run at another power configuration; each keeps its reason in the per-row list).
     """
     ok = [r for r in results if r.predicted is not None]
+    skipped = sum(r.not_modelled for r in results)
     front = [r for r in results if r.frontier]
     front_ok = [r for r in front if r.predicted is not None]
     med, p90 = stats([r.ape for r in ok])
@@ -88,7 +95,8 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "rows": len(results),
         "predicted_rows": len(ok),
-        "n_failed": len(results) - len(ok),
+        "n_failed": len(results) - len(ok) - skipped,
+        "not_modelled_rows": skipped,
         "median_ape": med,
         "p90_ape": p90,
         "median_signed_error_pct": float(np.median(signed)) if signed else None,
@@ -107,7 +115,8 @@ def summarize(results: list[RowResult]) -> dict[str, Any]:
             g = groups[value]
             g_ok = [r.ape for r in g if r.predicted is not None]
             g_front = [r.ape for r in g if r.frontier and r.predicted is not None]
-            table[value] = {"rows": len(g), "n_failed": len(g) - len(g_ok), "median_ape": stats(g_ok)[0],
+            g_skip = sum(r.not_modelled for r in g)
+            table[value] = {"rows": len(g), "n_failed": len(g) - len(g_ok) - g_skip, "median_ape": stats(g_ok)[0],
                             "frontier_rows": sum(r.frontier for r in g), "frontier_median_ape": stats(g_front)[0]}
         out[f"by_{name}"] = table
     out["by_load"] = load_split([(r.load[0], r.row.tokens_per_s, r.predicted) for r in front])
@@ -183,6 +192,7 @@ class ValidationReport:
         return summarize(self.results)
 
     def failed(self) -> list[RowResult]:
+        """Rows not predicted, not-modelled ones included (each with its reason)."""
         return [r for r in self.results if r.predicted is None]
 
     def worst(self, n: int = 10, *, frontier_only: bool = False) -> list[RowResult]:
@@ -231,7 +241,8 @@ class ValidationReport:
         s = self.summary
         lines = [
             f"data: {self.data}",
-            f"rows: {s['rows']} ({s['predicted_rows']} predicted, {s['n_failed']} not predicted); "
+            f"rows: {s['rows']} ({s['predicted_rows']} predicted, {s['n_failed']} not predicted"
+            + (f", {s['not_modelled_rows']} not modelled" if s.get("not_modelled_rows") else "") + "); "
             f"{self.predictions} distinct predictions in {self.elapsed_s:.2f} s",
             "",
             f"{'set':<14}{'rows':>6}{'median APE %':>14}{'p90 APE %':>12}",
@@ -257,7 +268,8 @@ class ValidationReport:
                              f"{r.error_pct:>+9.1f} {'yes' if r.frontier else ''}")
         failed = self.failed()
         if failed:
-            lines += ["", f"not predicted ({len(failed)} rows):"]
+            what = "not predicted or not modelled" if any(r.not_modelled for r in failed) else "not predicted"
+            lines += ["", f"{what} ({len(failed)} rows):"]
             for r in failed:
                 lines.append(f"  line {r.row.line}: {r.row.version} {r.row.hardware} {r.row.model} "
                              f"{r.row.scenario} x{r.row.accelerators}: {r.reason}")
