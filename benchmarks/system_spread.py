@@ -39,7 +39,9 @@ def _quantiles(values: list[float]) -> str:
     return f"median {np.median(a):.1f}, p90 {np.percentile(a, 90):.1f}, max {a.max():.1f} ({len(a)} runs)"
 
 
-def throughput_spread(path: Path, show: bool) -> None:
+def throughput_spread(path: Path, show: bool = False) -> dict:
+    """Per-group spread of published tokens/s (runs at the part's standard power): each non-best
+    run's shortfall against its group's best and every run's distance from the group median, %."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     with path.open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
@@ -58,10 +60,8 @@ def throughput_spread(path: Path, show: bool) -> None:
         ratios.append(best / min(tps))
         if show:
             print(f"  {' '.join(map(str, key)):<48} {len(rows):>3} runs, best/worst {best / min(tps):.2f}")
-    print(f"throughput groups with two or more systems: {len(ratios)} (standard power; {path.name})")
-    print(f"  best/worst run in a group: median {np.median(ratios):.2f}, max {max(ratios):.2f}")
-    print(f"  non-frontier runs, shortfall against the group's best, %: {_quantiles(shortfall)}")
-    print(f"  every run, distance from the group median, %: {_quantiles(from_median)}")
+    return {"groups": len(ratios), "best_over_worst": ratios, "shortfall_pct": shortfall,
+            "from_median_pct": from_median}
 
 
 def _num(text: str | None) -> float | None:
@@ -71,7 +71,9 @@ def _num(text: str | None) -> float | None:
         return None
 
 
-def latency_spread(path: Path, tolerance: float, show: bool) -> None:
+def latency_spread(path: Path, tolerance: float = 0.02, show: bool = False) -> dict:
+    """Runs of one configuration at the same scheduled rate (within ``tolerance``) on two or more
+    systems: TPOT p50 APE % and |TTFT p99 error| s against each cluster's median."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     with path.open(newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
@@ -109,11 +111,7 @@ def latency_spread(path: Path, tolerance: float, show: bool) -> None:
                 cluster = []
             if r is not None:
                 cluster.append(r)
-    print(f"runs at the same load (scheduled rate within {100 * tolerance:.0f} %) on two or more systems: "
-          f"{clusters} clusters ({path.name})")
-    print(f"  TPOT p50 against the cluster median, APE %: {_quantiles(tpot_ape)}")
-    ttft = f"median {np.median(ttft_abs):.3f} s, p90 {np.percentile(ttft_abs, 90):.3f} s" if ttft_abs else "no runs"
-    print(f"  TTFT p99 against the cluster median, |error|: {ttft}")
+    return {"clusters": clusters, "tpot_p50_ape_pct": tpot_ape, "ttft_p99_abs_s": ttft_abs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,9 +121,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-tolerance", type=float, default=0.02, help="relative width of a same-load cluster")
     ap.add_argument("--list", action="store_true", help="print every group and cluster")
     args = ap.parse_args(argv)
-    throughput_spread(args.results, args.list)
+    t = throughput_spread(args.results, args.list)
+    r = t["best_over_worst"]
+    print(f"throughput groups with two or more systems: {t['groups']} (standard power; {args.results.name})")
+    if r:
+        print(f"  best/worst run in a group: median {np.median(r):.2f}, max {max(r):.2f}")
+    print(f"  non-frontier runs, shortfall against the group's best, %: {_quantiles(t['shortfall_pct'])}")
+    print(f"  every run, distance from the group median, %: {_quantiles(t['from_median_pct'])}")
     print()
-    latency_spread(args.operating_points, args.rate_tolerance, args.list)
+    lat = latency_spread(args.operating_points, args.rate_tolerance, args.list)
+    print(f"runs at the same load (scheduled rate within {100 * args.rate_tolerance:.0f} %) on two or more systems: "
+          f"{lat['clusters']} clusters ({args.operating_points.name})")
+    print(f"  TPOT p50 against the cluster median, APE %: {_quantiles(lat['tpot_p50_ape_pct'])}")
+    tt = lat["ttft_p99_abs_s"]
+    ttft = f"median {np.median(tt):.3f} s, p90 {np.percentile(tt, 90):.3f} s" if tt else "no runs"
+    print(f"  TTFT p99 against the cluster median, |error|: {ttft}")
     return 0
 
 
