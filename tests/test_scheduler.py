@@ -29,7 +29,11 @@ misses in KNOWN_GAPS_BALANCED, all with the model slower; 11 of 27 before the ad
 iteration's stall was the busiest rank's tokens of its prompt count, sixth session; the random
 closed form against the balanced DES met 1 of the 27, 2026-11-26, fifth session).
 
-Measured (seed 3, this module's grid, 2026-11-26): 34 of 36 cases meet every tolerance (33 before
+Measured (seed 3, this module's grid, 2026-11-26): 33 of 36 cases meet every tolerance (34 before
+a chunked prompt's first context iteration took at most one budget, ninth session: d = 1 chunked at
+90 % went from −4.5 to −8.8 % mean TTFT at seed 3, −2.8 ± 4.0 % over 4 seeds × 48,000 requests, while
+30 / 60 % went from +2.7 / +4.0 to +0.4 / +0.6 % and prompts longer than the budget from +49 / +38 % to
++3.6 / +2.2 %, test_long_prompts_over_a_chunked_budget; 33 before
 the gated chunked stall counted a rest beyond one budget, the first gate check saw only the
 admitting iteration's stall and a backlogged rank's shorter period kept its stall, 32 before
 a chunked prompt's last extra iteration was priced at what is left of it, 31 before whole prompts
