@@ -914,7 +914,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 with np.errstate(divide="ignore", invalid="ignore"):
                     share = np.where(k_mean > 0, np.minimum(p_k / k_mean, 1.0), 0.0)
                 extra = (k_mean, k_var, p_k, full - share * (1.0 - p_over) * (full - last))
-                if np.all(d == 1):
+                if np.any(d == 1):  # applied where d = 1 (``_metrics``), elementwise over a grid
                     # one rank: the first context iteration takes at most one budget of the queue up to
                     # and including the prompt; the tokens past it are the K iterations' (above), so
                     # the admitting iteration's stall is that take, not the whole prompts' prefill
@@ -1140,8 +1140,9 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     idle = np.exp(-np.asarray(batch, dtype=float))
     busy = 1.0 - idle
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
-    if first is not None:  # chunked: the admitting iteration prefills one take, the K after it the rest
-        b_mean = 0.5 * c_star + t_d + first(rate * c_star / d)
+    one_rank = np.asarray(d) == 1
+    if first is not None:  # chunked, one rank: the admitting iteration prefills one take, the K after it the rest
+        b_mean = np.where(one_rank, 0.5 * c_star + t_d + first(rate * c_star / d), b_mean)
     if tagged is not None:  # the admitting iteration's stall from its prompt count (``engine_queue``)
         where, stall = tagged
         b_mean = np.where(where, 0.5 * c_star + t_d + stall(1.0 + rate * c_star), b_mean)
@@ -1196,7 +1197,13 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         ttft_p[sel], ttft_p50[sel] = _uniform_gamma_quantiles(parts, (q, 0.5), (ttft_p[sel], ttft_p50[sel]))
     # variance per iteration of a long run: the stalls' variance and the count of context iterations
     x_mean = c_mean - eg * t_d
-    c_var_it = (np.maximum(c_var - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
+    c_var_w = c_var
+    if first is not None:
+        # chunked: a prompt's chunks land in consecutive iterations, so over a request's window the
+        # prefill varies with the whole prompts that arrive in it (compound Poisson of S), not with
+        # the per-iteration take (near one budget every context iteration when prompts are long)
+        c_var_w = np.where(one_rank, (t_d * t_d * vg + rate * c_mean * s_sq_count) / (1.0 - rho * rho), c_var)
+    c_var_it = (np.maximum(c_var_w - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
     n_it = np.maximum(stats.osl_points / L - 1.0, 1.0)
     amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L
     fast = amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)
