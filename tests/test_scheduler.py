@@ -692,15 +692,7 @@ def test_tpot_p99_of_long_outputs_carries_the_decode_counts_drift(load):
                              osl_probs=DRIFT_OSL[1], osl_p99=400.0)
     eng = Engine(max_batch_size=256, max_num_tokens=None, chunked_prefill=True, gate_timeout_iters=0, gate_wait_iters=0,
                  graph_sizes=None)
-    pre = lambda n, imb: S_TOK * st.isl_mean * imb  # noqa: E731
-    b = np.geomspace(1.0, 256.0, 200)
-    r = scheduler.engine_queue(eng, 1, b, st, 1.0, Q, decode_time, pre)
-    rate = np.where(r.ok, r.rate, 0.0)
-    i = int(np.argmax(rate))
-    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
-    m = scheduler.engine_queue(eng, 1, np.array([batch]), st, 1.0, Q, decode_time, pre)
-    sim = des.simulate_engine(float(m.rate[0]), 1, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), DRIFT_OSL,
-                              n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
+    m, sim = one_rank_at_load(eng, st, decode_time, S_TOK, DRIFT_OSL, load)
     assert float(m.tpot_p99[0]) / sim.tpot_p - 1.0 == pytest.approx(0.0, abs=0.04)
     assert float(m.tpot_mean[0]) / sim.tpot_mean - 1.0 == pytest.approx(0.0, abs=TOL["tpot_mean"])
 
@@ -728,19 +720,26 @@ def test_long_prompts_over_a_chunked_budget(load):
     scatter ±7 % between seeds, and the p99 TPOT overshoots."""
     st = serving.WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama3.1-405b-interactive").workload)
     step = lambda rows: LONG_T0 + LONG_T1 * np.asarray(rows, dtype=float)  # noqa: E731
-    pre = lambda n, imb: LONG_S_TOK * st.isl_mean * imb  # noqa: E731
     eng = Engine(max_batch_size=256, max_num_tokens=1536, chunked_prefill=True, gate_timeout_iters=0,
                  gate_wait_iters=0, graph_sizes=None)
-    b = np.geomspace(1.0, 256, 200)
-    r = scheduler.engine_queue(eng, 1, b, st, 1.0, Q, step, pre)
-    rate = np.where(r.ok, r.rate, 0.0)
-    i = int(np.argmax(rate))
-    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
-    m = scheduler.engine_queue(eng, 1, np.array([batch]), st, 1.0, Q, step, pre)
-    sim = des.simulate_engine(float(m.rate[0]), 1, eng, step, LONG_S_TOK, (st.isl_points, st.isl_probs),
-                              (st.osl_points, st.osl_probs), n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
+    m, sim = one_rank_at_load(eng, st, step, LONG_S_TOK, (st.osl_points, st.osl_probs), load)
     got = {k: float(np.ravel(getattr(m, k))[0]) / v - 1.0 for k, v in
            (("ttft_mean", sim.ttft_mean), ("ttft_p99", sim.ttft_p), ("tpot_mean", sim.tpot_mean),
             ("tpot_p99", sim.tpot_p))}
     bad = {k: f"{100 * e:+.1f} %" for k, e in got.items() if abs(e) > TOL[k]}
     assert not bad, f"outside tolerance: {bad}"
+
+
+def one_rank_at_load(eng: Engine, st, step, s_tok: float, osl, load: float):
+    """The closed form on one rank at ``load`` of its capacity (step ``step(rows)``, ``s_tok`` per
+    prompt token) and the DES at its arrival rate (the test's oracle: N_REQUESTS requests, seed 3)."""
+    pre = lambda n, imb: s_tok * st.isl_mean * imb  # noqa: E731
+    b = np.geomspace(1.0, 256.0, 200)
+    r = scheduler.engine_queue(eng, 1, b, st, 1.0, Q, step, pre)
+    rate = np.where(r.ok, r.rate, 0.0)
+    i = int(np.argmax(rate))
+    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
+    m = scheduler.engine_queue(eng, 1, np.array([batch]), st, 1.0, Q, step, pre)
+    sim = des.simulate_engine(float(m.rate[0]), 1, eng, step, s_tok, (st.isl_points, st.isl_probs), osl,
+                              n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
+    return m, sim
