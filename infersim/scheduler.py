@@ -791,7 +791,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # context iterations 0.98 against 0.95 for a rank taking up to c − 193 tokens of them)
         fit = cap
         cap = whole_prompt_budget(stats, cap)
-    carried, tail, ctx_share = 0.0, None, 1.0
+    carried, tail, ctx_share, first = 0.0, None, 1.0, None
     # gated with a budget the gate period G and the carried prompts feed each other (a longer period
     # carries more, which opens the gate sooner): the fixed point G = f(G), f decreasing, is
     # bracketed and bisected (plain iteration can cycle, e.g. G 4 ↔ 8.3 at 9/3 chunked); otherwise
@@ -914,6 +914,15 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 with np.errstate(divide="ignore", invalid="ignore"):
                     share = np.where(k_mean > 0, np.minimum(p_k / k_mean, 1.0), 0.0)
                 extra = (k_mean, k_var, p_k, full - share * (1.0 - p_over) * (full - last))
+                if np.any(d == 1):  # applied where d = 1 (``_metrics``), elementwise over a grid
+                    # one rank: the first context iteration takes at most one budget of the queue up to
+                    # and including the prompt; the tokens past it are the K iterations' (above), so
+                    # the admitting iteration's stall is that take, not the whole prompts' prefill
+                    # (des.simulate_engine, Llama-3.1-405B prompts, 1,536-token budget, d = 1 at 30 /
+                    # 60 / 90 %: mean TTFT +49 / +38 / +16 % while the prompt's tokens past its first
+                    # chunk were priced twice)
+                    def first(n_with, _c=cap, _p=p_over, _b=backlog, _s=stable):  # n_with: prompts admitted with it
+                        return s_tok * _c * prompt_scale * first_take(stats, n_with, _c, _p, _b, _s)
         else:
             # gated chunked: only the tokens ahead wait for context iterations (whole periods); a
             # started prompt's rest goes on in the next iteration (gate or not): the prompts that
@@ -939,7 +948,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
 
         tagged = (d > 1, stall)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
-                   slope, quantiles, tagged)
+                   slope, quantiles, tagged, first)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -1004,6 +1013,28 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     e2 = (1.0 - p_over) * s0sq + p_over * s1sq
     p1 = np.where(stable, (1.0 - p_over) * p0 + p_over * p1, 1.0)
     return np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
+
+
+def first_take(stats: WorkloadStats, count, cap, p_over, backlog, stable):
+    """E[min(Z, 1)], Z = (W + A + P)/``cap`` (chunked budget, no gate): the share of the budget that
+    the tagged prompt's first context iteration prefills, at most one budget of the backlog W, the
+    prompts A that are admitted with it (``count`` of them: those of its length-biased period,
+    before and after it, as in the unbudgeted stall s + ρ·C*) and its own P; the tokens past it
+    are prefilled in the K iterations after it (``budget_wait``). E[min(Z, 1)] = E[Z] − E[(Z − 1)⁺],
+    Z gamma given W = 0 and given W > 0."""
+    mu, m2 = stats.isl_mean, stats.isl_sq
+    mean0 = (count * mu + mu) / cap
+    var0 = (count * m2 + m2 - mu * mu) / cap**2
+    wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
+    mean1, var1 = mean0 + wpos, var0 + wpos * wpos
+
+    def below_one(mean, var):
+        mean = np.maximum(mean, 1e-30)
+        var = np.maximum(var, 1e-12 * mean * mean)
+        a, th = mean * mean / var, var / mean
+        return mean - np.maximum(a * th * gammaincc(a + 1.0, 1.0 / th) - gammaincc(a, 1.0 / th), 0.0)
+
+    return (1.0 - p_over) * below_one(mean0, var0) + p_over * below_one(mean1, var1)
 
 
 def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
@@ -1071,11 +1102,13 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
              s_extra=None, budget_wait=None, capped: bool = False, slope=0.0, quantiles: bool = True,
-             tagged=None) -> EngineResult:
+             tagged=None, first=None) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1).
     ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN).
     ``tagged`` = (where, stall): at the points ``where``, the iteration that admits a tagged prompt
-    stalls ``stall(n)`` for the n prompts it carries (elsewhere the mean stall per prompt times n)."""
+    stalls ``stall(n)`` for the n prompts it carries (elsewhere the mean stall per prompt times n).
+    ``first(n)``: with a chunked budget, the prefill of the tagged prompt's first context iteration
+    when n prompts are admitted with it (one budget at most), in place of the whole prompts' stall."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = stats.arrival_scv
     rate = request_rate(batch, t_d, s_mean, L, stats)
@@ -1107,6 +1140,9 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     idle = np.exp(-np.asarray(batch, dtype=float))
     busy = 1.0 - idle
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
+    one_rank = np.asarray(d) == 1
+    if first is not None:  # chunked, one rank: the admitting iteration prefills one take, the K after it the rest
+        b_mean = np.where(one_rank, 0.5 * c_star + t_d + first(rate * c_star / d), b_mean)
     if tagged is not None:  # the admitting iteration's stall from its prompt count (``engine_queue``)
         where, stall = tagged
         b_mean = np.where(where, 0.5 * c_star + t_d + stall(1.0 + rate * c_star), b_mean)
@@ -1161,7 +1197,13 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         ttft_p[sel], ttft_p50[sel] = _uniform_gamma_quantiles(parts, (q, 0.5), (ttft_p[sel], ttft_p50[sel]))
     # variance per iteration of a long run: the stalls' variance and the count of context iterations
     x_mean = c_mean - eg * t_d
-    c_var_it = (np.maximum(c_var - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
+    c_var_w = c_var
+    if first is not None:
+        # chunked: a prompt's chunks land in consecutive iterations, so over a request's window the
+        # prefill varies with the whole prompts that arrive in it (compound Poisson of S), not with
+        # the per-iteration take (near one budget every context iteration when prompts are long)
+        c_var_w = np.where(one_rank, (t_d * t_d * vg + rate * c_mean * s_sq_count) / (1.0 - rho * rho), c_var)
+    c_var_it = (np.maximum(c_var_w - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
     n_it = np.maximum(stats.osl_points / L - 1.0, 1.0)
     amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L
     fast = amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)

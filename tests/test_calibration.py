@@ -565,7 +565,10 @@ def test_a_host_sibling_with_too_few_rows_is_not_written_with_unfitted_kernels(t
 
 def test_profiles_on_one_host_fit_one_host_cost_and_their_own_kernels(tmp_path, monkeypatch):
     # rows generated with different host costs per step (1 and 3 ms) and compute fractions: tied by
-    # host_as, the two profiles get one host cost between them and each its own compute fraction
+    # host_as, the two profiles get one host cost and each its own compute fraction. The shared value
+    # is a least-squares compromise that the free compute fractions can pull outside [1, 3] (0.80 ms
+    # since the chunked first context iteration takes one budget, 2026-11-26: the 405B rows' TTFT
+    # moved); each compute fraction stays near its own generating value
     keys = KEYS[:5] + KEYS[-2:]
     rows = synthetic_rows("h100-sxm", {"step_overhead_ms": 1.0, "compute_fraction": 0.55}, keys=keys) + \
         synthetic_rows("h200-sxm", {"step_overhead_ms": 3.0, "compute_fraction": 0.70}, keys=keys)
@@ -573,7 +576,9 @@ def test_profiles_on_one_host_fit_one_host_cost_and_their_own_kernels(tmp_path, 
     tied = accuracy.calibrate(rows, fit_rounds=False, parameters=("compute_fraction", "step_overhead_ms"),
                               prior_weight=0.0, max_nfev=20)
     s100, s200 = (tied.hardware[h]["step_overhead_ms"] for h in ("h100-sxm", "h200-sxm"))
-    assert s100 == s200 and 1.0 < s100 < 3.0
+    assert s100 == s200
+    c100, c200 = (tied.hardware[h]["compute_fraction"] for h in ("h100-sxm", "h200-sxm"))
+    assert abs(c100 - 0.55) < 0.05 and abs(c200 - 0.70) < 0.05 and c200 > c100
     assert {"h100-sxm.compute_fraction", "h200-sxm.compute_fraction"} <= set(tied.parameters)
     assert any("h200-sxm carries h100-sxm's host (host_as): step_overhead_ms" in n for n in tied.notes)
     from infersim.accuracy.fit import sharing
