@@ -24,10 +24,16 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from infersim.accuracy import load_rows  # noqa: E402
+from infersim.accuracy.oppoints import _num  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -42,18 +48,15 @@ def _quantiles(values: list[float]) -> str:
 def throughput_spread(path: Path, show: bool = False) -> dict:
     """Per-group spread of published tokens/s (runs at the part's standard power): each non-best
     run's shortfall against its group's best and every run's distance from the group median, %."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    with path.open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            if (row.get("power_mode") or "").strip():
-                continue  # not the part at its standard power (see data/README.md)
-            key = (row["version"], row["hardware"], row["model"], row["scenario"], int(row["accelerators"]))
-            groups[key].append(row)
+    groups: dict[tuple, list] = defaultdict(list)
+    for row in load_rows(path):
+        if not row.power_mode:  # the part at its standard power only (see data/README.md)
+            groups[row.group].append(row)
     shortfall, from_median, ratios = [], [], []
     for key, rows in sorted(groups.items()):
-        if len({r["system"] + r["submitter"] for r in rows}) < 2:
+        if len({r.columns.get("system", "") + r.columns.get("submitter", "") for r in rows}) < 2:
             continue
-        tps = [float(r["tokens_per_s"]) for r in rows]
+        tps = [r.tokens_per_s for r in rows]
         best, med = max(tps), statistics.median(tps)
         shortfall += [100 * (1 - t / best) for t in tps if t < best]
         from_median += [100 * abs(t / med - 1) for t in tps]
@@ -62,13 +65,6 @@ def throughput_spread(path: Path, show: bool = False) -> dict:
             print(f"  {' '.join(map(str, key)):<48} {len(rows):>3} runs, best/worst {best / min(tps):.2f}")
     return {"groups": len(ratios), "best_over_worst": ratios, "shortfall_pct": shortfall,
             "from_median_pct": from_median}
-
-
-def _num(text: str | None) -> float | None:
-    try:
-        return float(text) if text not in (None, "") else None
-    except ValueError:
-        return None
 
 
 def latency_spread(path: Path, tolerance: float = 0.02, show: bool = False) -> dict:

@@ -921,8 +921,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                     # (des.simulate_engine, Llama-3.1-405B prompts, 1,536-token budget, d = 1 at 30 /
                     # 60 / 90 %: mean TTFT +49 / +38 / +16 % while the prompt's tokens past its first
                     # chunk were priced twice)
-                    def first(n_with, _c=cap, _p=p_over, _b=backlog, _s=stable):  # n_with: prompts admitted with it
-                        return s_tok * _c * prompt_scale * first_take(stats, n_with, _c, _p, _b, _s)
+                    def first(n_with):  # n_with: the prompts admitted with it
+                        return s_tok * cap * prompt_scale * first_take(stats, n_with, cap, p_over, backlog, stable)
         else:
             # gated chunked: only the tokens ahead wait for context iterations (whole periods); a
             # started prompt's rest goes on in the next iteration (gate or not): the prompts that
@@ -963,18 +963,30 @@ WAIT_HEAD_PERIODS = 4
 """Context iterations of a budget wait summed term by term; the rest of the sum is its integral."""
 
 
+def _gamma_shape(mean, var):
+    """Shape a and scale θ of the gamma of ``mean`` and ``var`` (floored away from 0)."""
+    mean = np.maximum(mean, 1e-30)
+    var = np.maximum(var, 1e-12 * mean * mean)
+    return mean * mean / var, var / mean
+
+
+def _gamma_excess(a, th, t, q0=None):
+    """E[(Z − t)⁺] of a gamma Z of shape ``a`` and scale ``th`` (regularized incomplete gammas;
+    ``q0`` = P(Z > t) where the caller has it)."""
+    q0 = gammaincc(a, t / th) if q0 is None else q0
+    return np.maximum(a * th * gammaincc(a + 1.0, t / th) - t * q0, 0.0)
+
+
 def _gamma_tail_sums(mean, var, head: int = WAIT_HEAD_PERIODS):
     """Σ_k P(Z > k) and Σ_k (2k − 1)·P(Z > k) over k ≥ 1 for a gamma Z of ``mean`` and ``var``:
     the first ``head`` terms exactly, beyond them the integrals from head + ½ (E[(Z − t)⁺] and
     E[(Z² − t²)⁺] − E[(Z − t)⁺], regularized incomplete gamma functions)."""
-    mean = np.maximum(mean, 1e-30)
-    var = np.maximum(var, 1e-12 * mean * mean)
-    a, th = mean * mean / var, var / mean
+    a, th = _gamma_shape(mean, var)
     k = np.arange(1, head + 1, dtype=float)
     tail = gammaincc(a[..., None], k / th[..., None])
     t = head + 0.5
-    q0, q1, q2 = gammaincc(a, t / th), gammaincc(a + 1.0, t / th), gammaincc(a + 2.0, t / th)
-    over1 = np.maximum(a * th * q1 - t * q0, 0.0)
+    q0, q2 = gammaincc(a, t / th), gammaincc(a + 2.0, t / th)
+    over1 = _gamma_excess(a, th, t, q0)
     over2 = np.maximum(a * (a + 1.0) * th * th * q2 - t * t * q0, 0.0)
     return (np.sum(tail, axis=-1) + over1, np.sum((2.0 * k - 1.0) * tail, axis=-1) + over2 - over1, tail[..., 0])
 
@@ -985,6 +997,19 @@ def whole_prompt_budget(stats: WorkloadStats, free):
     leaves some waiting leaves the budget's last gap unused, ``stats.prompt_overshoot`` on average
     once the budget holds a few prompts (floored at half the budget for budgets that do not)."""
     return np.maximum(free - stats.prompt_overshoot, 0.5 * free)
+
+
+def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None):
+    """Mean and variance of Z = (W + A + P)/budget given W = 0 (over ``fit``, default ``cap``) and
+    given W > 0 (over ``cap``): A the tokens of ``ahead`` prompts (compound Poisson), P the tagged
+    prompt's (``start``/``start_var`` where it is a rest, else one prompt), W the rank's backlog
+    (exponential of mean ``backlog``/``p_over`` when there is one)."""
+    mu, m2 = stats.isl_mean, stats.isl_sq
+    own, own_var = (mu, m2 - mu * mu) if start is None else (start, start_var)
+    fit = cap if fit is None else fit
+    tokens, tokens_var = ahead * mu + own, ahead * m2 + own_var
+    wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
+    return tokens / fit, tokens_var / fit**2, tokens / cap + wpos, tokens_var / cap**2 + wpos * wpos
 
 
 def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None):
@@ -999,13 +1024,7 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     its last token is taken in context iteration ceil(Z): K = ceil(Z) − 1 more, E[K] = Σ_k P(Z > k),
     E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0. Returns (E[K], Var[K],
     P(K ≥ 1))."""
-    mu, m2 = stats.isl_mean, stats.isl_sq
-    own, own_var = (mu, m2 - mu * mu) if start is None else (start, start_var)
-    fit = cap if fit is None else fit
-    mean0, mean_c = (0.5 * count * mu + own) / fit, (0.5 * count * mu + own) / cap
-    var0, var_c = (0.5 * count * m2 + own_var) / fit**2, (0.5 * count * m2 + own_var) / cap**2
-    wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
-    mean1, var1 = mean_c + wpos, var_c + wpos * wpos
+    mean0, var0, mean1, var1 = _budget_z(stats, 0.5 * count, cap, p_over, backlog, stable, start, start_var, fit)
     # both cases in one pass (a leading axis: W = 0, W > 0)
     mean0, mean1, var0, var1 = np.broadcast_arrays(mean0, mean1, var0, var1)
     (s0, s1), (s0sq, s1sq), (p0, p1) = _gamma_tail_sums(np.stack((mean0, mean1)), np.stack((var0, var1)))
@@ -1022,17 +1041,10 @@ def first_take(stats: WorkloadStats, count, cap, p_over, backlog, stable):
     before and after it, as in the unbudgeted stall s + ρ·C*) and its own P; the tokens past it
     are prefilled in the K iterations after it (``budget_wait``). E[min(Z, 1)] = E[Z] − E[(Z − 1)⁺],
     Z gamma given W = 0 and given W > 0."""
-    mu, m2 = stats.isl_mean, stats.isl_sq
-    mean0 = (count * mu + mu) / cap
-    var0 = (count * m2 + m2 - mu * mu) / cap**2
-    wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
-    mean1, var1 = mean0 + wpos, var0 + wpos * wpos
+    mean0, var0, mean1, var1 = _budget_z(stats, count, cap, p_over, backlog, stable)
 
     def below_one(mean, var):
-        mean = np.maximum(mean, 1e-30)
-        var = np.maximum(var, 1e-12 * mean * mean)
-        a, th = mean * mean / var, var / mean
-        return mean - np.maximum(a * th * gammaincc(a + 1.0, 1.0 / th) - gammaincc(a, 1.0 / th), 0.0)
+        return mean - _gamma_excess(*_gamma_shape(mean, var), 1.0)
 
     return (1.0 - p_over) * below_one(mean0, var0) + p_over * below_one(mean1, var1)
 
@@ -1116,13 +1128,18 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     c_mean = eg * t_d / (1.0 - rho)
     # renewal arrivals: count variance c_a² × mean (serving.queue_metrics); d > 1 via big_var
     s_sq_count = s_sq if ca2 == 1.0 else s_sq + (ca2 - 1.0) * s_mean * s_mean
+    vx_whole = rate * c_mean * s_sq_count  # whole prompts arriving over a period (compound Poisson)
     if capped:  # a token budget caps each rank's prompt tokens per context iteration (any d)
         vx = s_tok * s_tok * big_var
     elif one:
-        vx = rate * c_mean * s_sq_count
+        vx = vx_whole
     else:
-        vx = np.where(d > 1, s_tok * s_tok * big_var, rate * c_mean * s_sq_count)
-    c_var = (t_d * t_d * vg + vx) / (1.0 - rho * rho)
+        vx = np.where(d > 1, s_tok * s_tok * big_var, vx_whole)
+
+    def period_var(v):  # the period's variance from its stall variance v
+        return (t_d * t_d * vg + v) / (1.0 - rho * rho)
+
+    c_var = period_var(vx)
     c_sq = c_var + c_mean**2
     k = c_mean**2 / np.maximum(c_var, 1e-30 * c_mean**2)
     theta = c_mean / k
@@ -1202,7 +1219,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         # chunked: a prompt's chunks land in consecutive iterations, so over a request's window the
         # prefill varies with the whole prompts that arrive in it (compound Poisson of S), not with
         # the per-iteration take (near one budget every context iteration when prompts are long)
-        c_var_w = np.where(one_rank, (t_d * t_d * vg + rate * c_mean * s_sq_count) / (1.0 - rho * rho), c_var)
+        c_var_w = np.where(one_rank, period_var(vx_whole), c_var)
     c_var_it = (np.maximum(c_var_w - t_d * t_d * vg, 0.0) + (x_mean / eg) ** 2 * vg) / eg
     n_it = np.maximum(stats.osl_points / L - 1.0, 1.0)
     amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L

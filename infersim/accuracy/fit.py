@@ -161,11 +161,17 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     new die is no evidence at all."""
     if not names:
         return set()
+    moe_fit, moe_ops = _moe_only(fit, ops)
+    exercised = {share.get(h, h) for h in {fr.key.hardware for fr in moe_fit} | {o.hardware for o in moe_ops}}  # by die
+    return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
+
+
+def _moe_only(fit, ops) -> tuple[list, list]:
+    """The fit rows and the operating points of an MoE model."""
     from ..specs import catalog  # profiles are cached by file
 
-    used = {(fr.key.hardware, fr.key.model) for fr in fit} | {(o.hardware, o.model) for o in ops}
-    exercised = {share.get(h, h) for h, m in used if catalog.load("model", m).is_moe}  # by die
-    return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
+    return ([fr for fr in fit if catalog.load("model", fr.key.model).is_moe],
+            [o for o in ops if catalog.load("model", o.model).is_moe])
 
 
 TIES = {"kernels_as": ("die", KERNEL_PARAMETERS), "host_as": ("host", HOST_PARAMETERS)}
@@ -513,10 +519,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
         # a round's MoE factor that no row of the round exercises sits where the round order holds it,
         # at its neighbour's value: no evidence either way, so a note and not a finding
-        from ..specs import catalog
-
-        moe_rounds = {fr.key.preset for fr in fit if catalog.load("model", fr.key.model).is_moe}
-        moe_rounds |= {o.key.preset for o in ops if catalog.load("model", o.model).is_moe}
+        moe_fit, moe_ops = _moe_only(fit, ops)
+        moe_rounds = {fr.key.preset for fr in moe_fit} | {o.key.preset for o in moe_ops}
         for f in list(findings):
             r, _, name = f["parameter"].rpartition(".")  # round names carry a dot (v4.0)
             if name in MOE_ROUND_FACTORS and r in fitted_rnd and r not in moe_rounds:
