@@ -98,3 +98,31 @@ def test_a_shipped_value_on_a_bound_is_a_recorded_finding(hw_id):
         x = (float(getattr(eff, name)) - rng.lower) / (rng.upper - rng.lower)
         if x <= acc_params.BOUND_TOLERANCE or x >= 1 - acc_params.BOUND_TOLERANCE:
             assert any(f"{hw_id}.{name}" in f for f in record.findings), f"{hw_id}.{name} on a bound, not recorded"
+
+
+GPU_PROFILES = ("a100-sxm", "b200", "b300", "gb200-nvl72", "gb300-nvl72", "h100-pcie", "h100-sxm", "h200-sxm", "l40s",
+                "mi300x", "mi325x", "mi355x")
+
+
+@pytest.mark.parametrize("hw_id", GPU_PROFILES)
+def test_mla_decode_runs_at_its_own_documented_kernel_efficiency(hw_id):
+    """The absorbed MLA decode core is its own kernel (FlashMLA-class: all heads of a token share
+    one latent, ~2·H FLOPs per KV byte, compute-bound) at a documented share of peak, not the
+    prefill attention efficiency the dense models fit: held out by model, DeepSeek-R1's decode
+    borrowed 0.28-0.5 from Llama prefill on Blackwell (DeepSeek-R1 fold 31 % → 16 %, 2026-11-27).
+    It is never a fitted parameter, so no fit can move it."""
+    eff = catalog.load_hardware(hw_id).efficiency
+    assert eff.mla_decode_fraction == pytest.approx(0.667)
+    assert "mla_decode_fraction" not in acc_params.HARDWARE_RANGES
+    assert eff.calibration is None or "mla_decode_fraction" not in eff.calibration.parameters
+
+
+def test_deepseek_decode_attention_is_compute_bound_at_its_mlperf_batch():
+    """At the v6.0 Server engine's batch (640 per attention-DP rank, ~2k context) MLA decode on B200
+    is priced at its FLOPs (FlashMLA's analysis: compute-bound once q heads × q tokens ≥ ~128)."""
+    pred = api.predict("b200", "deepseek-r1", "mlperf-deepseek-r1-server", 8, round="v6.0", tp=8, ep=8, dp=8,
+                       batch=8 * 640.0, disable=["mtp", "disagg"])
+    assert pred.result is not None, pred.reason
+    cost = step_cost(pred.result.plan, Layout(tp=8, ep=8, dp=8), Shape(decode_seqs=8 * 640.0, decode_ctx=2048.0),
+                     detail=True)
+    assert cost.op_info["attention_decode"][1] == "compute"
