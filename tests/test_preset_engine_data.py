@@ -271,3 +271,25 @@ def test_llama2_interactive_engines_are_the_runs_own_fp4_plugin_builds(version, 
     assert {"input_norm", "post_attn_norm"}.isdisjoint(inter.fused_elementwise)
     assert {"mlp_act", "residual_add", "rope", "sampling"} <= set(inter.fused_elementwise)
     assert server.fused_elementwise is None  # every fusable op folded
+
+
+@pytest.mark.parametrize("version,hw,system_has,kind", [
+    ("v6.0", "b200", "B200", "offline"), ("v6.0", "b200", "B200", "server"),
+    ("v5.1", "h200-sxm", "H200", "offline"), ("v5.1", "h200-sxm", "H200", "server"),
+    ("v5.1", "mi300x", "MI300X", "offline"), ("v5.1", "mi325x", "MI325X", "offline"),
+])
+def test_mixtral_engines_are_the_runs_own(version, hw, system_has, kind):
+    """Mixtral's batch cap and token budget are what most of that round's runs on the hardware used
+    (until 2026-11-27 the presets ran TensorRT-LLM's default 2,048 sequences, and vLLM defaults on
+    AMD Offline, where the runs allowed up to 6,144)."""
+    e = load_preset(version).engine_for("mixtral-8x7b", kind, hw)
+    assert (e.max_batch_size, e.max_num_tokens) == _most_common(version, "mixtral-8x7b", kind.capitalize(), system_has)
+
+
+
+@pytest.mark.parametrize("hw,kind,batch", [("h100-sxm", "server", 896), ("h100-sxm", "offline", 896),
+                                           ("h200-sxm", "offline", 3072), ("h200-sxm", "server", 1200)])
+def test_v41_mixtral_engines_are_nvidias_v41_configs(hw, kind, batch):
+    """v4.1 Mixtral engines of shared/reference/mlperf_submission_configs.md section 4 (NVIDIA's v4.1
+    configs): H100 at 896 sequences, H200 at 3,072 Offline / 1,200 Server."""
+    assert load_preset("v4.1").engine_for("mixtral-8x7b", kind, hw).max_batch_size == batch
