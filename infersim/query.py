@@ -60,8 +60,8 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
         for flag, value in (("isl", isl), ("osl", osl)):
             if value is None:
                 continue
-            if not 0 < value <= MAX_TOKENS:
-                raise SpecError(f"--{flag} must be in (0, 1e7] tokens (got {value})")
+            if not 1 <= value <= MAX_TOKENS:  # a request has at least one token each way (traces: integers >= 1)
+                raise SpecError(f"--{flag} must be in [1, 1e7] tokens (got {value})")
             wl = wl.model_copy(update={flag: LengthSpec(mean=value)})
         sc = sc.model_copy(update={"workload": wl})
     return Inputs(hw, md, sc, hw_id, md_id, sc_id)

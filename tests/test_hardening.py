@@ -248,3 +248,17 @@ def test_request_checks_for_library_callers():
     with pytest.raises(SpecError):
         checks.check_price("--price-per-hour", float("nan"))
     checks.check_price("--price-per-hour", 0)
+
+
+@pytest.mark.parametrize("flag,value", [("--osl", "1e-300"), ("--isl", "1e-300"), ("--osl", "0.5")])
+def test_5_length_overrides_are_at_least_one_token(ws, flag, value):
+    """A sub-token mean length is bad input (exit 2), not a ZeroDivisionError deep in the scheduler
+    (the CLI fuzz found --osl 1e-300: its square underflowed to 0 in scheduler.rank_backlog)."""
+    o = run(ws, "run", "--hardware", "h100-sxm", "--scenario", "chat-1k-1k", "--model", "llama3.1-8b", flag, value)
+    assert f"{flag} must be in [1, 1e7] tokens" in o.output
+
+
+def test_5_scenario_lengths_are_at_least_one_token(ws):
+    path = _mutated(ws, "scenarios", "chat-1k-1k", ("workload", "osl", "mean"), 0.001)
+    o = run(ws, "run", "--hardware", "h100-sxm", "--model", "llama3.1-8b", "--scenario", path)
+    assert "workload.osl.mean" in o.output and "greater than or equal to 1" in o.output

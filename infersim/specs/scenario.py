@@ -18,7 +18,7 @@ from pydantic import Field, NonNegativeFloat, RootModel, PositiveFloat, Positive
 from ._base import Spec
 from .hardware import Precision
 
-Tokens = Annotated[float, Field(gt=0, le=10_000_000)]
+Tokens = Annotated[float, Field(ge=1, le=10_000_000)]  # a request has at least one token each way
 Weight = Annotated[float, Field(ge=0, le=1e15)]
 """A histogram weight (a count or a probability): non-negative, at most 1e15."""
 
