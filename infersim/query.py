@@ -15,10 +15,9 @@ from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_roun
 from .specs import catalog
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
-from .specs.scenario import LengthSpec
+from .specs.scenario import MAX_TOKENS, MIN_TOKENS, LengthSpec
 
 MAX_ACCELERATORS = 1_000_000
-MAX_TOKENS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
         for flag, value in (("isl", isl), ("osl", osl)):
             if value is None:
                 continue
-            if not 1 <= value <= MAX_TOKENS:  # a request has at least one token each way (traces: integers >= 1)
+            if not MIN_TOKENS <= value <= MAX_TOKENS:
                 raise SpecError(f"--{flag} must be in [1, 1e7] tokens (got {value})")
             wl = wl.model_copy(update={flag: LengthSpec(mean=value)})
         sc = sc.model_copy(update={"workload": wl})

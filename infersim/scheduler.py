@@ -409,7 +409,7 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
     tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson one."""
     if router != "balanced" or not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog
-    c2 = max(stats.osl_sq / stats.osl_mean / stats.osl_mean - 1.0, 0.0)  # two divisions: a tiny mean's square underflows
+    c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
     factor = min((var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, 1.0)
     backlog = np.asarray(backlog, dtype=float)
@@ -851,7 +851,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                 eg = np.where(gated, 0.5 * (lo + hi), f) if step > 0 else f
             else:
                 eg = f
-    s_sq = s_mean * s_mean * (stats.isl_sq / stats.isl_mean / stats.isl_mean)  # S ∝ prompt length
+    s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
     # renewal arrivals (c_a² ≠ 1): a rank's count per period has variance (1 + (c_a² − 1)/d) × its
     # mean (thinning by 1/d), the busiest rank's tokens that much more

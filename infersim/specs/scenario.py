@@ -18,7 +18,11 @@ from pydantic import Field, NonNegativeFloat, RootModel, PositiveFloat, Positive
 from ._base import Spec
 from .hardware import Precision
 
-Tokens = Annotated[float, Field(ge=1, le=10_000_000)]  # a request has at least one token each way
+MIN_TOKENS = 1
+"""The shortest length a request can have, each way (its prompt, its first token)."""
+MAX_TOKENS = 10_000_000
+"""The longest length any input may give (scenario fields, CLI overrides, trace columns)."""
+Tokens = Annotated[float, Field(ge=MIN_TOKENS, le=MAX_TOKENS)]
 Weight = Annotated[float, Field(ge=0, le=1e15)]
 """A histogram weight (a count or a probability): non-negative, at most 1e15."""
 

@@ -34,8 +34,8 @@ import numpy as np
 
 from .. import files
 from ..errors import SpecError
+from .scenario import MAX_TOKENS
 
-MAX_TOKENS = 10_000_000
 MMPP_WINDOW_GAPS = 5
 """Counting window of the two-state arrival fit, in mean inter-arrival gaps."""
 MMPP_MIN_RATIO = 2.0
