@@ -293,3 +293,19 @@ def test_v41_mixtral_engines_are_nvidias_v41_configs(hw, kind, batch):
     """v4.1 Mixtral engines of shared/reference/mlperf_submission_configs.md section 4 (NVIDIA's v4.1
     configs): H100 at 896 sequences, H200 at 3,072 Offline / 1,200 Server."""
     assert load_preset("v4.1").engine_for("mixtral-8x7b", kind, hw).max_batch_size == batch
+
+
+@pytest.mark.parametrize("hw,system_has", [("h100-sxm", "H100"), ("l40s", "l40s")])
+@pytest.mark.parametrize("kind,scenario", [("offline", "Offline"), ("server", "Server")])
+def test_v51_llama31_8b_on_h100_and_l40s_is_red_hats_vllm_engine(hw, system_has, kind, scenario):
+    """The round's only H100 SXM and L40S Llama-3.1-8B runs are Red Hat's vLLM SUTs: their batch
+    cap and token budget, vLLM as the stack, no GEMM-epilogue fusion; the B200 recipe elsewhere."""
+    preset = load_preset("v5.1")
+    e = preset.engine_for("llama3.1-8b", kind, hw)
+    assert (e.max_batch_size, e.max_num_tokens) == _most_common("v5.1", "llama3.1-8b", scenario, system_has)
+    assert e.chunked_prefill and e.fused_elementwise == ()
+    assert e.graph_sizes[0] == 1 and e.graph_sizes[-1] == 512
+    assert preset.recipe_for("llama3.1-8b", kind, hw).stack == "vllm"
+    b200 = preset.engine_for("llama3.1-8b", kind, "b200")
+    assert (b200.max_batch_size, b200.max_num_tokens, b200.fused_elementwise) == (6000, 12000, None)
+    assert preset.recipe_for("llama3.1-8b", kind, "b200").stack == "tensorrt-llm"
