@@ -309,3 +309,13 @@ def test_v51_llama31_8b_on_h100_and_l40s_is_red_hats_vllm_engine(hw, system_has,
     b200 = preset.engine_for("llama3.1-8b", kind, "b200")
     assert (b200.max_batch_size, b200.max_num_tokens, b200.fused_elementwise) == (6000, 12000, None)
     assert preset.recipe_for("llama3.1-8b", kind, "b200").stack == "tensorrt-llm"
+
+
+@pytest.mark.parametrize("hw,kind", [("b200", "offline"), ("b200", "server"), ("gb200-nvl72", "offline")])
+def test_v60_llama2_70b_on_b200_and_gb200_is_the_v51_b200_engine(hw, kind):
+    """v6.0's B200 (HPE, Supermicro) and GB200 Offline (NVIDIA) Llama-2-70B runs kept 2,048 / 3,584;
+    B300 and GB300 ran 3,072 / 4,608 (the model block's)."""
+    system = "B200" if hw == "b200" else "GB200"
+    e = load_preset("v6.0").engine_for("llama2-70b", kind, hw)
+    assert (e.max_batch_size, e.max_num_tokens) == _most_common("v6.0", "llama2-70b", kind.capitalize(), system) == (2048, 3584)
+    assert (load_preset("v6.0").engine_for("llama2-70b", kind, "b300").max_batch_size) == 3072
