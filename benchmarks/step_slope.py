@@ -15,22 +15,20 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 
 def load(path: str | None) -> dict:
+    """The report in ``path``, or ``at_load.validate`` on the bundled operating points (what
+    ``infersim validate --at-load`` runs)."""
     if path:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "at_load.json"
-        subprocess.run([sys.executable, "-m", "infersim", "validate", "--at-load", "--format", "json", "--out", str(out)],
-                       check=True, stdout=subprocess.DEVNULL)
-        return json.loads(out.read_text(encoding="utf-8"))
+    from infersim import at_load
+
+    return at_load.validate(at_load.bundled_data())
 
 
 def groups(report: dict) -> dict[tuple[str, str], list[tuple[float, float]]]:

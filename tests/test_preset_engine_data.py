@@ -286,7 +286,6 @@ def test_mixtral_engines_are_the_runs_own(version, hw, system_has, kind):
     assert (e.max_batch_size, e.max_num_tokens) == _most_common(version, "mixtral-8x7b", kind.capitalize(), system_has)
 
 
-
 @pytest.mark.parametrize("hw,kind,batch", [("h100-sxm", "server", 896), ("h100-sxm", "offline", 896),
                                            ("h200-sxm", "offline", 3072), ("h200-sxm", "server", 1200)])
 def test_v41_mixtral_engines_are_nvidias_v41_configs(hw, kind, batch):
