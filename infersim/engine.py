@@ -135,7 +135,10 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
                 if own is not None:  # the op's own efficiency field, where the profile sets it
                     ce = own * plan.kernel_efficiency
-            me = getattr(eff, op.memory_efficiency)
+            name = op.memory_efficiency
+            if name == "fp4_memory_fraction" and not hw.compute.supports("fp4"):
+                name = "memory_fraction"  # fp4 weights on a GPU without FP4 tensor cores
+            me = getattr(eff, name)
             if op.kind == OpKind.GEMM and op.grouped and maturity != 1.0:
                 # a routed-expert kernel's maturity is its weight streaming as much as its MMA rate: at
                 # decode batch the grouped GEMM is memory-bound, so a newer backend that streams the
