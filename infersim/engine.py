@@ -105,7 +105,8 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     the k-depth share n / (n + ``gemm_k_overhead_blocks``) of its n 128-byte k-blocks per rank
     (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs, which also
     scales their weight-streaming efficiency (``moe_memory_fraction``, at most the dense
-    ``memory_fraction``).
+    ``memory_fraction``). A dense block-scaled FP4 GEMM streams its weights at
+    ``fp4_memory_fraction`` on a GPU with FP4 tensor cores (``memory_fraction`` elsewhere).
     """
     hw = plan.hardware
     exp_rate = hw.compute.exp_rate
