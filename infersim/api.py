@@ -149,6 +149,11 @@ def _slack(res: Result, i: int, j: int, limits) -> float:
     return min(vals) if vals else (0.0 if res.ok[i, j] else -1.0)
 
 
+REFINE_BISECTIONS = 6
+"""Bisection steps of ``refine_best`` where its secant (or bound) try breaks a limit: the placed
+batch is then within 2⁻⁶ of the gap to the failed try below the largest that holds."""
+
+
 def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadStats) -> tuple[Result, int] | None:
     """The searched batch axis has 4 points per doubling, so the largest batch that meets the limits
     lies up to 19 % beyond the best point on it. Where the next point breaks a latency limit, the
@@ -185,6 +190,7 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
         tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
                                             dp=(lay.dp,)))  # the best point's layout alone (fit_only cut the axis)
+    failed = hi
     for b in tries:
         if not lo < b < hi:
             continue
@@ -193,7 +199,61 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
             return None
         if at.ok[0, 0]:
             return (at, 0) if at.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
+        failed = min(failed, b)
+    # every try broke a limit (the slack is not convex everywhere: a graph size, the gate): the
+    # largest batch that holds by bisection between the axis' point and the lowest failed try, so
+    # the placed batch still moves continuously with the inputs
+    best_at, lo_b, hi_b = None, lo, failed
+    for _ in range(REFINE_BISECTIONS):
+        b = 0.5 * (lo_b + hi_b)
+        at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
+        if at.ok.shape[0] != 1:
+            return None
+        if at.ok[0, 0]:
+            best_at, lo_b = at, b
+        else:
+            hi_b = b
+    if best_at is not None and best_at.score[0, 0] > res.score[i, j] * (1 + 1e-9):
+        return best_at, 0
     return None
+
+
+REFINE_REACH = 2.0 ** 0.25
+"""One step of the searched batch axis (4 points per doubling): a layout whose best point on the
+axis scores within this factor of the best one may overtake it once its batch is placed
+(``refine_best`` moves a batch by less than one step)."""
+REFINE_CANDIDATES = 4
+"""Layouts refined besides the best one, the highest-scoring within ``REFINE_REACH``."""
+
+
+def refined_best(results: list[Result], best: tuple[float, Result, tuple[int, int]], query: Query,
+                  stats: WorkloadStats):
+    """The best point after placing the batch (``refine_best``) of the grid's best layout and of up
+    to ``REFINE_CANDIDATES`` runners-up within one batch-axis step of it: choosing the layout on
+    the axis alone could pick one that a runner-up overtakes once both batches are placed (on 12
+    B200 a TP4 × 3 point ahead on the axis of TP8 and 4 idle, behind it placed: the optimum fell
+    when accelerators were added). Returns (result, index, refined evaluation or None)."""
+    top, res0, ij0 = best
+    cands = [(top, res0, ij0)]
+    for res in results:
+        if not res.any_feasible:
+            continue
+        score = np.where(res.ok, res.score, -np.inf)
+        cols = np.argmax(score, axis=1)
+        rows = score[np.arange(score.shape[0]), cols]
+        for i in np.argsort(-rows, kind="stable"):
+            if rows[i] * REFINE_REACH <= top:
+                break
+            if not (res is res0 and (int(i), int(cols[i])) == ij0):
+                cands.append((float(rows[i]), res, (int(i), int(cols[i]))))
+    cands = cands[:1] + sorted(cands[1:], key=lambda c: -c[0])[:REFINE_CANDIDATES]
+    pick = None
+    for score, res, ij in cands:
+        fine = refine_best(res, ij, query, stats)
+        value = float(fine[0].score[0, fine[1]]) if fine is not None else score
+        if pick is None or value > pick[0] * (1 + 1e-9):
+            pick = (value, res, ij, fine)
+    return pick[1], pick[2], pick[3]
 
 
 def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False, **kwargs) -> Prediction:
@@ -247,8 +307,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
             raise InfeasibleError(msg, reasons)
         return Prediction(query.inputs, n, False, msg, {}, {"round": query.software.round}, {"reasons": reasons},
                           result=last, results=results, skipped=sel.skipped)
-    _, res, (i, j) = best
-    fine = refine_best(res, (i, j), query, stats)
+    res, (i, j), fine = refined_best(results, best, query, stats)
     if fine is not None:
         results.append(fine[0])
         res, i, j = fine[0], 0, fine[1]

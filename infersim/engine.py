@@ -105,7 +105,8 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     the k-depth share n / (n + ``gemm_k_overhead_blocks``) of its n 128-byte k-blocks per rank
     (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs, which also
     scales their weight-streaming efficiency (``moe_memory_fraction``, at most the dense
-    ``memory_fraction``).
+    ``memory_fraction``). A dense block-scaled FP4 GEMM streams its weights at
+    ``fp4_memory_fraction`` on a GPU with FP4 tensor cores (``memory_fraction`` elsewhere).
     """
     hw = plan.hardware
     exp_rate = hw.compute.exp_rate
@@ -135,7 +136,10 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
                 if own is not None:  # the op's own efficiency field, where the profile sets it
                     ce = own * plan.kernel_efficiency
-            me = getattr(eff, op.memory_efficiency)
+            name = op.memory_efficiency
+            if name == "fp4_memory_fraction" and not hw.compute.supports("fp4"):
+                name = "memory_fraction"  # fp4 weights on a GPU without FP4 tensor cores
+            me = getattr(eff, name)
             if op.kind == OpKind.GEMM and op.grouped and maturity != 1.0:
                 # a routed-expert kernel's maturity is its weight streaming as much as its MMA rate: at
                 # decode batch the grouped GEMM is memory-bound, so a newer backend that streams the

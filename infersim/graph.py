@@ -239,14 +239,16 @@ def gemm(name, m, n, k, count, fmt: Formats, block: str, weight_bytes=None, m_ef
     FLOPs = 2·m·n·k. Bytes = k·n·weight_bytes + m·k·act_bytes (in) + m·n·2 (out, 16 bit).
     ``weight_bytes`` overrides the weight traffic (MoE reads only the experts it touches);
     ``m_eff`` overrides the row count used for small-GEMM efficiency (rows per expert).
-    A ``grouped`` GEMM (routed experts) streams at ``efficiency.moe_memory_fraction``.
+    A ``grouped`` GEMM (routed experts) streams at ``efficiency.moe_memory_fraction``, a dense
+    block-scaled FP4 one at ``efficiency.fp4_memory_fraction``.
     """
     wbytes = k * n * fmt.wb if weight_bytes is None else weight_bytes
     wbytes = np.where(np.asarray(m) > 0, wbytes, 0.0)  # an empty GEMM is not launched
     traffic = wbytes + m * k * fmt.ab + m * n * HIDDEN_BYTES
     return Op(name, OpKind.GEMM, count, flops=2.0 * m * n * k, bytes=traffic, precision=fmt.gemm,
               m=m if m_eff is None else m_eff, k=k, block=block, grouped=grouped,
-              memory_efficiency="moe_memory_fraction" if grouped else "memory_fraction")
+              memory_efficiency="moe_memory_fraction" if grouped else
+              "fp4_memory_fraction" if fmt.gemm == "fp4" else "memory_fraction")
 
 
 def elementwise(name, elements, count, block: str, passes: float = 2.0) -> Op:

@@ -643,3 +643,19 @@ def test_a_round_factor_no_row_of_its_round_exercises_is_a_note_not_a_finding():
     assert result.presets["v5.0"]["moe_kernel_efficiency"] == result.round_values["v5.1"]["moe_kernel_efficiency"]
     assert not [f for f in result.findings if f["parameter"] == "v5.0.moe_kernel_efficiency"]
     assert any(n.startswith("v5.0.moe_kernel_efficiency: no MoE row") for n in result.notes)
+
+
+def test_the_fp4_weight_stream_is_fitted_and_transferred_only_where_the_gpu_runs_fp4():
+    """``fp4_memory_fraction`` is a parameter of GPUs with FP4 tensor cores: an H100 fit neither fits
+    nor writes it, and the fleet prior gives it to an FP4 GPU (MI355X) but not to one without (A100)."""
+    rows = synthetic_rows("h100-sxm", TRUE, keys=KEYS[:3])
+    result = accuracy.calibrate(rows, ["h100-sxm"], fit_rounds=False, parameters=("compute_fraction", "fp4_memory_fraction"),
+                                max_nfev=2)
+    assert result.parameters == ["h100-sxm.compute_fraction"]
+    assert "fp4_memory_fraction" not in result.hardware["h100-sxm"]
+    fitted = {"b200": {"compute_fraction": 0.6, "fp4_memory_fraction": 0.5},
+              "h100-sxm": {"compute_fraction": 0.8}}
+    defaults = {"b200.compute_fraction": 0.776, "b200.fp4_memory_fraction": 0.8, "h100-sxm.compute_fraction": 0.803}
+    result = _fitted_result(fitted, defaults)
+    assert "fp4_memory_fraction" not in accuracy.transfer_prior(result, "a100-sxm")
+    assert accuracy.transfer_prior(result, "mi355x")["fp4_memory_fraction"] == pytest.approx(0.5)

@@ -407,6 +407,32 @@ def test_routed_experts_stream_at_moe_memory_fraction_and_nothing_else_does():
         {k: v for k, v in fast.items() if not k.startswith("experts_")}
 
 
+def test_dense_fp4_gemms_stream_at_fp4_memory_fraction_where_the_gpu_runs_fp4():
+    """On a GPU with FP4 tensor cores the dense block-scaled FP4 GEMMs read their weights at
+    ``fp4_memory_fraction``: at batch 1 they are memory-bound, so halving it doubles exactly their
+    time and leaves every other op bit for bit. An 8-bit GEMM, and FP4 weights on a GPU without FP4
+    tensor cores (H100: they compute in fp8), keep ``memory_fraction``."""
+    shape = Shape(decode_seqs=1, decode_ctx=1024)
+    fp4 = Formats("fp4", "fp4", "fp8")
+    plan = Plan(hardware=_with_efficiency(B200_NO_EXP, gemm_overlap=1.0), model=LLAMA8B, formats=fp4)
+    gemms = {op.name for op in stage_graph(plan, Layout(), shape).ops if op.memory_efficiency == "fp4_memory_fraction"}
+    assert gemms == {"qkv_proj", "o_proj", "mlp_gate_up", "mlp_down", "lm_head"}
+
+    def cost(hw, formats, v):
+        c = step_cost(replace(plan, hardware=_with_efficiency(hw, fp4_memory_fraction=v), formats=formats), Layout(),
+                      shape, detail=True)
+        return {k: float(t) for k, t in c.by_op.items()}, c.op_info
+
+    fast, info = cost(plan.hardware, fp4, 0.8)
+    slow, _ = cost(plan.hardware, fp4, 0.4)
+    for name in gemms:
+        assert info[name][1] == "memory" and slow[name] == pytest.approx(2 * fast[name], rel=1e-12)
+    assert {k: v for k, v in slow.items() if k not in gemms} == {k: v for k, v in fast.items() if k not in gemms}
+    fp8 = Formats("fp8", "fp8", "fp8")
+    assert cost(plan.hardware, fp8, 0.4)[0] == cost(plan.hardware, fp8, 0.8)[0]
+    assert cost(H100, fp4, 0.4)[0] == cost(H100, fp4, 0.8)[0]
+
+
 def test_moe_maturity_scales_the_experts_weight_stream_up_to_the_dense_rate():
     """The round's MoE maturity speeds the routed experts' weight stream as well as their MMAs: at batch 1
     (memory-bound) maturity m divides their time by m while moe_memory_fraction·m stays below the dense

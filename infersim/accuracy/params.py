@@ -63,6 +63,11 @@ HARDWARE_RANGES: dict[str, Range] = {
         "routed-expert grouped GEMMs at decode stream their experts below dense speed: MoE decode at 34 % "
         "of the achievable roofline against 94 % dense on one engine (jundot/omlx issue 2238, about 0.29 of "
         "peak); never above streaming reads (0.95)"),
+    "fp4_memory_fraction": Range(
+        0.15, 0.95, "fraction of peak HBM bandwidth",
+        "block-scaled FP4 GEMM weight streams on B200: 0.22 of peak at M = 1 (CUTLASS backend, "
+        "flashinfer-ai/flashinfer issue 2025-09 #1732), 0.375-0.5 at M = 16 (NVIDIA/cutlass issue #2266), "
+        "where 16-bit and MXFP8 GEMMs reach 0.65-0.75; never above streaming reads (0.95)"),
     "step_overhead_ms": Range(
         0.0, 5.0, "ms per engine step",
         "scheduler, sampling and host synchronisation per step; CUDA graphs cut batch-1 steps 7x "
@@ -72,7 +77,7 @@ HARDWARE_RANGES: dict[str, Range] = {
 """Physical range of each hardware efficiency parameter calibrate may fit."""
 
 KERNEL_PARAMETERS = ("compute_fraction", "memory_fraction", "kv_memory_fraction", "attention_fraction",
-                     "gemm_m_half", "gemm_overlap", "moe_memory_fraction")
+                     "gemm_m_half", "gemm_overlap", "moe_memory_fraction", "fp4_memory_fraction")
 """The efficiency parameters of the GPU's kernels (fractions of its own peaks, the small-GEMM knee):
 one value for profiles that carry the same die (``EfficiencySpec.kernels_as``). The per-step host
 cost is the system's (its CPU), not the die's."""

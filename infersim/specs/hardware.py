@@ -252,6 +252,17 @@ class EfficiencySpec(Spec):
     engine reaches 94 % (jundot/omlx issue 2238, M3 Ultra); a fused MoE kernel at 1-8 tokens on
     MI355X takes 0.13-0.42 ms for a few MB of experts (sgl-project/sglang PR 22208). Default: the
     streaming ``memory_fraction`` default, no penalty."""
+    fp4_memory_fraction: float = Field(default=0.8, gt=0, le=1)
+    """Achievable fraction of peak HBM bandwidth for the weight stream of dense block-scaled FP4
+    GEMMs (NVFP4 weights and activations, one fp8 scale per 16 elements) on a GPU with FP4 tensor
+    cores. A decode GEMM of a few rows is a weight stream, and the block-scaled kernels stream
+    slower than 8- and 16-bit ones: on one B200, an M = 1, N = K = 8,192 NVFP4 GEMM (CUTLASS
+    backend) at 1.78 TB/s of 8 TB/s (0.22), where a 16-bit GEMM of the same size reaches 5-6 TB/s
+    (flashinfer-ai/flashinfer issue 1732, 2025-09-19); an NVFP4 grouped GEMM at M = 16 on B200
+    at 3 TB/s, 4 TB/s transposed (0.375-0.5), where MXFP8 comes close to 6 TB/s (NVIDIA/cutlass
+    issue 2266, 2025-04). Routed experts keep ``moe_memory_fraction``; a GPU without FP4 tensor
+    cores streams at ``memory_fraction``. Default: the streaming ``memory_fraction`` default, no
+    penalty."""
     kv_memory_fraction: float = Field(default=0.5, gt=0, le=1)
     """Achievable fraction of peak HBM bandwidth when decode attention reads a paged KV cache
     (scattered blocks; measured 42 % paged / 57 % contiguous K/V on H100, mikamirai.com 2026-03)."""

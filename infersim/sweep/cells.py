@@ -86,14 +86,13 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
     parts = []
     if cell.keep == "best":
         best = None
-        for k, res in enumerate(results):
+        for res in results:
             ij = res.best_index()
-            if ij is not None and (best is None or res.score[ij] > best[0]):
-                best = (float(res.score[ij]), k, ij)
+            if ij is not None and (best is None or res.score[ij] > best[0] * (1 + 1e-9)):
+                best = (float(res.score[ij]), res, ij)
         if best is not None:
-            _, k, (i, j) = best
-            res = results[k]
-            fine = api.refine_best(res, (i, j), query, stats)  # the batch placed as ``api.predict`` does
+            # the batch placed, and the layout chosen after placing it, as ``api.predict`` does
+            res, (i, j), fine = api.refined_best(results, best, query, stats)
             if fine is not None:
                 (res, j), i = fine, 0
             mask = np.zeros(res.ok.shape, dtype=bool)
