@@ -190,32 +190,35 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
         tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
                                             dp=(lay.dp,)))  # the best point's layout alone (fit_only cut the axis)
+    def at(b):  # the layout alone at batch b: (evaluation, meets the limits), None if it is not one row
+        r = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
+        return None if r.ok.shape[0] != 1 else (r, bool(r.ok[0, 0]))
+
+    def better(r):
+        return (r, 0) if r is not None and r.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
+
     failed = hi
     for b in tries:
         if not lo < b < hi:
             continue
-        at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
-        if at.ok.shape[0] != 1:
+        if (got := at(b)) is None:
             return None
-        if at.ok[0, 0]:
-            return (at, 0) if at.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
+        if got[1]:
+            return better(got[0])
         failed = min(failed, b)
     # every try broke a limit (the slack is not convex everywhere: a graph size, the gate): the
     # largest batch that holds by bisection between the axis' point and the lowest failed try, so
     # the placed batch still moves continuously with the inputs
-    best_at, lo_b, hi_b = None, lo, failed
+    held, lo_b, hi_b = None, lo, failed
     for _ in range(REFINE_BISECTIONS):
         b = 0.5 * (lo_b + hi_b)
-        at = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
-        if at.ok.shape[0] != 1:
+        if (got := at(b)) is None:
             return None
-        if at.ok[0, 0]:
-            best_at, lo_b = at, b
+        if got[1]:
+            held, lo_b = got[0], b
         else:
             hi_b = b
-    if best_at is not None and best_at.score[0, 0] > res.score[i, j] * (1 + 1e-9):
-        return best_at, 0
-    return None
+    return better(held)
 
 
 REFINE_REACH = 2.0 ** 0.25
@@ -226,13 +229,20 @@ REFINE_CANDIDATES = 4
 """Layouts refined besides the best one, the highest-scoring within ``REFINE_REACH``."""
 
 
-def refined_best(results: list[Result], best: tuple[float, Result, tuple[int, int]], query: Query,
-                  stats: WorkloadStats):
-    """The best point after placing the batch (``refine_best``) of the grid's best layout and of up
-    to ``REFINE_CANDIDATES`` runners-up within one batch-axis step of it: choosing the layout on
-    the axis alone could pick one that a runner-up overtakes once both batches are placed (on 12
-    B200 a TP4 × 3 point ahead on the axis of TP8 and 4 idle, behind it placed: the optimum fell
-    when accelerators were added). Returns (result, index, refined evaluation or None)."""
+def refined_best(results: list[Result], query: Query, stats: WorkloadStats):
+    """The best point after placing the batch (``refine_best``) of the grid's best layout (the first
+    result's where several tie) and of up to ``REFINE_CANDIDATES`` runners-up within one
+    batch-axis step of it: choosing the layout on the axis alone could pick one that a runner-up
+    overtakes once both batches are placed (on 12 B200 a TP4 × 3 point ahead on the axis of TP8 and
+    4 idle, behind it placed: the optimum fell when accelerators were added). Returns (result,
+    index, refined evaluation or None), or None where no point meets the limits."""
+    best = None
+    for res in results:
+        ij = res.best_index()
+        if ij is not None and (best is None or res.score[ij] > best[0] * (1 + 1e-9)):
+            best = (float(res.score[ij]), res, ij)
+    if best is None:
+        return None
     top, res0, ij0 = best
     cands = [(top, res0, ij0)]
     for res in results:
@@ -287,18 +297,15 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     base = base_plan(query.inputs, query.software, query.layout, query.accelerators)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
     results: list[Result] = []
-    best: tuple[float, Result, tuple[int, int]] | None = None
     for transforms in sel.variants():
         plan = opt.apply_all(base, transforms)
         if qps is not None and plan.serving.disaggregated:
             continue  # the load prediction models aggregated engines
-        res = search.evaluate(plan, query.inputs.scenario, query.accelerators, stats, price_per_hour=query.price)
-        results.append(res)
-        ij = res.best_index()
-        if ij is not None and (best is None or res.score[ij] > best[0] * (1 + 1e-9)):
-            best = (float(res.score[ij]), res, ij)
+        results.append(search.evaluate(plan, query.inputs.scenario, query.accelerators, stats,
+                                       price_per_hour=query.price))
     n = query.accelerators
-    if best is None:
+    picked = refined_best(results, query, stats)
+    if picked is None:
         last = results[-1] if results else None
         reasons = last.reasons() if last is not None else {}
         top = max(reasons.items(), key=lambda kv: kv[1])[0] if reasons else "NO_LAYOUT"
@@ -307,7 +314,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
             raise InfeasibleError(msg, reasons)
         return Prediction(query.inputs, n, False, msg, {}, {"round": query.software.round}, {"reasons": reasons},
                           result=last, results=results, skipped=sel.skipped)
-    res, (i, j), fine = refined_best(results, best, query, stats)
+    res, (i, j), fine = picked
     if fine is not None:
         results.append(fine[0])
         res, i, j = fine[0], 0, fine[1]

@@ -136,10 +136,8 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                 own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
                 if own is not None:  # the op's own efficiency field, where the profile sets it
                     ce = own * plan.kernel_efficiency
-            name = op.memory_efficiency
-            if name == "fp4_memory_fraction" and not hw.compute.supports("fp4"):
-                name = "memory_fraction"  # fp4 weights on a GPU without FP4 tensor cores
-            me = getattr(eff, name)
+            # fp4 weights on a GPU without FP4 tensor cores stream at the dense rate
+            me = getattr(eff, op.memory_efficiency if hw.has_efficiency(op.memory_efficiency) else "memory_fraction")
             if op.kind == OpKind.GEMM and op.grouped and maturity != 1.0:
                 # a routed-expert kernel's maturity is its weight streaming as much as its MMA rate: at
                 # decode batch the grouped GEMM is memory-bound, so a newer backend that streams the

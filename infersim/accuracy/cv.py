@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
-from .fit import (DEFAULT_PARAMETERS, FP4_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults, round_defaults,
+from .fit import (DEFAULT_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults, round_defaults,
                   round_sig, tie_root)
 from .params import HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
@@ -78,9 +78,8 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
         ratios = [val / result.defaults[f"{h}.{name}"] for h, val in pairs if result.defaults.get(f"{h}.{name}")]
         return default[name] * float(np.median(ratios)) if ratios else None
 
-    fp4 = run.base_hardware(hw_id).compute.supports("fp4")
     for name in names:
-        if name in FP4_PARAMETERS and not fp4:
+        if not run.base_hardware(hw_id).has_efficiency(name):
             continue  # a GPU without FP4 tensor cores never streams block-scaled FP4 weights
         fitted = [(h, v[name]) for h, v in result.hardware.items() if name in v]
         same_die = [(h, v) for h, v in fitted if h in siblings]

@@ -43,10 +43,7 @@ routed-expert grouped GEMMs as ``moe_memory_fraction``. ``memory_fraction`` (den
 streaming) stays at its measured default: fitting it lets it absorb errors from elsewhere. The
 block-scaled FP4 weight stream (``fp4_memory_fraction``, measured at 0.22-0.5 of peak on B200
 where 8- and 16-bit GEMMs stream at 0.65-0.75) is fitted on GPUs with FP4 tensor cores only
-(``FP4_PARAMETERS``)."""
-
-FP4_PARAMETERS: tuple[str, ...] = ("fp4_memory_fraction",)
-"""Hardware parameters only a GPU with FP4 tensor cores runs: neither fitted nor written elsewhere."""
+(``HardwareSpec.has_efficiency``)."""
 
 KNEE_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_m_half",
                                     "step_overhead_ms")
@@ -328,9 +325,6 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         rnd_names = tuple(ROUND_FACTORS)
         current_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in rnd_names} for r in rounds_all}
         base_hw = current_hw if start == "current" else defaults_hw
-
-        def applies(h: str, name: str) -> bool:  # an FP4 parameter only where the GPU runs FP4
-            return name not in FP4_PARAMETERS or run.base_hardware(h).compute.supports("fp4")
         base_rnd = current_rnd if start == "current" else {r: round_defaults(rnd_names) for r in rounds_all}
 
         def tasks(hw: Mapping[str, Mapping[str, float]], rnd: Mapping[str, Mapping[str, float]], locks=None):
@@ -396,7 +390,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         unexercised = _unexercised(hw_ids, share, fit, ops, [n for n in parameters if n in MOE_PARAMETERS])
         sharers = {d for d, _ in ties}
         for h in hw_ids:
-            own = [n for n in parameters if (h, n) not in ties and (h, n) not in unexercised and applies(h, n)]
+            own = [n for n in parameters if (h, n) not in ties and (h, n) not in unexercised
+                   and run.base_hardware(h).has_efficiency(n)]
             rows_h = hw_counts[h] + sum(hw_counts[d] for d in {d for (d, _), (c, _) in ties.items() if c == h})
             if rows_h < min_rows or (h in sharers and hw_counts[h] < min_rows):
                 skipped[h] = f"{hw_counts[h]} frontier row(s) < min_rows={min_rows}"
@@ -501,7 +496,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         # parameters were never fitted (``transfer_prior`` gives it the sibling's tied values)
         fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw and d not in skipped}
         fitted_rnd = {params[j].owner for j in st_idx}
-        hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if applies(h, n)} for h in sorted(fitted_hw)}
+        hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if run.base_hardware(h).has_efficiency(n)}
+                        for h in sorted(fitted_hw)}
         for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
             fitted_n = [hardware_out[params[j].owner][n] for j in hw_idx if params[j].name == n]
             if not fitted_n:

@@ -354,6 +354,11 @@ class EfficiencySpec(Spec):
     """Set by ``infersim calibrate``: data, date and residual of the fit."""
 
 
+FP4_EFFICIENCIES: tuple[str, ...] = ("fp4_memory_fraction",)
+"""Efficiency fields of FP4 tensor-core kernels: a GPU without them streams FP4 weights at
+``memory_fraction``, and calibrate neither fits nor writes these for it."""
+
+
 class HardwareSpec(Spec):
     """One accelerator and its system: compute, memory, interconnect, power and price."""
 
@@ -380,3 +385,8 @@ class HardwareSpec(Spec):
     def launch_overhead(self) -> float:
         """Per-kernel launch overhead, seconds."""
         return self.efficiency.launch_overhead_us * US
+
+    def has_efficiency(self, name: str) -> bool:
+        """Whether efficiency field ``name`` applies to this hardware: an FP4-only one
+        (``FP4_EFFICIENCIES``) only where it has FP4 tensor cores."""
+        return name not in FP4_EFFICIENCIES or self.compute.supports("fp4")

@@ -85,14 +85,10 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
     points = int(sum(r.ok.shape[0] * (len(r.unfit.batch) if r.unfit else r.ok.shape[1]) for r in results))
     parts = []
     if cell.keep == "best":
-        best = None
-        for res in results:
-            ij = res.best_index()
-            if ij is not None and (best is None or res.score[ij] > best[0] * (1 + 1e-9)):
-                best = (float(res.score[ij]), res, ij)
-        if best is not None:
-            # the batch placed, and the layout chosen after placing it, as ``api.predict`` does
-            res, (i, j), fine = api.refined_best(results, best, query, stats)
+        # the batch placed, and the layout chosen after placing it, as ``api.predict`` does
+        picked = api.refined_best(results, query, stats)
+        if picked is not None:
+            res, (i, j), fine = picked
             if fine is not None:
                 (res, j), i = fine, 0
             mask = np.zeros(res.ok.shape, dtype=bool)
