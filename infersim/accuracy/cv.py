@@ -214,7 +214,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                 items = _held_out(run, res, test, names)
                 pooled += items
                 fold_out[name] = {**_fold_stats(items), "fit_rows": res.rows, "fit_median_ape": res.after["median_ape"],
-                                  "fit_seconds": res.seconds}
+                                  "fit_seconds": res.seconds, "fitted": {**res.hardware, **res.presets},
+                                  "findings": [f["text"] for f in res.findings]}
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
             table = _row_table(pooled)
