@@ -178,7 +178,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     dict with ``leave_one_round_out``, ``leave_one_hardware_out`` and/or
     ``leave_one_model_out``, each with pooled ``rows, n_failed, median_ape, p90_ape`` over all
     held-out frontier rows (and ``uncalibrated_*`` at the documented defaults), ``folds`` (per
-    held-out value), ``max_nfev``, ``seconds`` and ``held_out`` (each held-out row's published and
+    held-out value: its figures, the fit's row count and error, the values it fitted (``fitted``,
+    per hardware and round) and its ``findings``), ``max_nfev``, ``seconds`` and ``held_out`` (each held-out row's published and
     predicted tokens/s and signed error, worst first). A hardware with fewer than ``min_rows``
     frontier rows is not held out on its own.
     """
