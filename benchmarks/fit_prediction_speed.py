@@ -39,7 +39,7 @@ def main() -> None:
     ops = [o for o in ops if op_locks.get(o.key) is not None and o.hardware in base]
     groups: dict = {}
     for i, o in enumerate(ops):
-        groups.setdefault((o.key, o.tokens_per_sample), []).append(i)
+        groups.setdefault((o.key, o.tokens_per_sample, o.run), []).append(i)
     digest = hashlib.sha256()
     t_rows = t_ops = 0.0
     n_rows = n_ops = 0
@@ -51,8 +51,8 @@ def main() -> None:
         t_rows += time.process_time() - t
         n_rows += len(outs)
         tasks = [(k, F._vals(hw[k.hardware]), (), op_locks[k],
-                  tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + F.OP_SLOPE_STEP)), osl)
-                 for (k, osl), idx in groups.items()]
+                  tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + F.OP_SLOPE_STEP)), osl, settings)
+                 for (k, osl, settings), idx in groups.items()]
         t = time.process_time()
         res = run.predict_many(tasks)
         t_ops += time.process_time() - t

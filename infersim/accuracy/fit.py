@@ -351,12 +351,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             """Model mean TPOT per operating point at its steady occupancy and (1 + ``OP_SLOPE_STEP``)
             times it, at the run's own mean output length; one evaluation per key and output length
             over all its occupancies."""
-            groups: dict[tuple[PredictionKey, float | None], list[int]] = {}
+            groups: dict[tuple[PredictionKey, float | None, tuple], list[int]] = {}
             for i, o in enumerate(ops):
-                groups.setdefault((o.key, o.tokens_per_sample), []).append(i)
+                groups.setdefault((o.key, o.tokens_per_sample, o.run), []).append(i)
             tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k],
-                       tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + OP_SLOPE_STEP)), osl)
-                      for (k, osl), idx in groups.items()]
+                       tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + OP_SLOPE_STEP)), osl, settings)
+                      for (k, osl, settings), idx in groups.items()]
             out: list[tuple[float, float] | None] = [None] * len(ops)
             for idx, res in zip(groups.values(), run.predict_many(tasks_)):
                 vals = res.value or (None,) * (2 * len(idx))

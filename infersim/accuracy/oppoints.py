@@ -37,7 +37,6 @@ from __future__ import annotations
 import csv
 import functools
 import io
-import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import SpecError
+from ..run_settings import RUN_KEY, _num, load_engine_settings, run_fields
 from .data import PredictionKey, preset_rounds, resolve_preset
 
 REQUIRED = ("version", "submitter", "system", "benchmark", "scenario", "total_accelerators", "scheduled_samples_per_s",
@@ -99,14 +99,6 @@ def load(path) -> list[dict[str, str]]:
     return [dict(r) for r in reader]
 
 
-def _num(text) -> float | None:
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) and v > 0 else None
-
-
 def steady_point(cols: dict[str, str]) -> tuple[float | None, float | None]:
     """(decode occupancy over the whole system, TPOT in ms) of a run in steady state (module
     docstring): λ · tokens per sample · TPOT p50 and the TPOT p50; else LoadGen's mean in flight
@@ -136,16 +128,23 @@ class OpRow:
     key: PredictionKey
     tokens_per_sample: float | None = None
     """LoadGen's generated tokens per sample of the run (its mean output length), when recorded."""
+    run: tuple[tuple[str, str], ...] = ()
+    """The run's own engine settings and layout (``run_settings.run_fields`` of its row in
+    ``data/mlperf_engine_settings.csv``); empty where the run is not there: the round preset's
+    engine on the capacity search's layout."""
 
     @property
     def label(self) -> str:
         return f"{self.version} {self.submitter} {self.system} {self.model} {self.scenario}"
 
 
-def load_op_rows(path: str | os.PathLike | None = None, presets_dir: str | os.PathLike | None = None
-                 ) -> list[OpRow]:
-    """Usable operating points of ``path`` (default: the bundled operating points)."""
+def load_op_rows(path: str | os.PathLike | None = None, presets_dir: str | os.PathLike | None = None,
+                 run_settings: bool = True) -> list[OpRow]:
+    """Usable operating points of ``path`` (default: the bundled operating points), each with its
+    run's own engine settings and layout where ``run_settings`` and the run is in
+    ``data/mlperf_engine_settings.csv`` (``OpRow.run``)."""
     rounds = preset_rounds(presets_dir)
+    settings = load_engine_settings() if run_settings else {}
     out: dict[tuple, OpRow] = {}
     for cols in load(path or bundled_data()):
         scen = cols.get("scenario", "").strip().lower()
@@ -159,9 +158,10 @@ def load_op_rows(path: str | os.PathLike | None = None, presets_dir: str | os.Pa
         key = PredictionKey(resolve_preset(version, presets_dir, rounds=rounds), hw, model, f"mlperf-{model}-{scen}",
                             int(n))
         ident = (version, cols.get("submitter", ""), cols.get("system", ""), model, scen, int(n), occ, tpot)
+        run = run_fields(settings.get(tuple(cols.get(k, "").strip() for k in RUN_KEY)))
         out.setdefault(ident, OpRow(version, hw, model, scen, cols.get("submitter", "").strip(),
                                     cols.get("system", "").strip(), int(n), occ, tpot * 1e-3, key,
-                                    _num(cols.get("tokens_per_sample"))))
+                                    _num(cols.get("tokens_per_sample")), run))
     return list(out.values())
 
 

@@ -106,20 +106,21 @@ class Runner:
     # ---- one prediction -----------------------------------------------------------------------
     def predict(self, key: PredictionKey, hw_values: Values = (), round_values: Values = (),
                 lock: Lock | None = None, occupancy: float | tuple[float, ...] | None = None,
-                osl_mean: float | None = None) -> Outcome:
+                osl_mean: float | None = None, run: tuple[tuple[str, str], ...] = ()) -> Outcome:
         """Tokens/s of ``key`` under trial values (cached); failures become reasons.
 
         With ``occupancy`` (mean sequences in flight over the whole system, or a tuple of them) and
         a ``lock`` with a layout: the mean time per output token, seconds (a tuple for a tuple), of
         that pinned aggregated configuration at that occupancy instead (``tpot_at``), with the
-        scenario's output lengths scaled to mean ``osl_mean`` where given (a run's own)."""
-        ckey = (key, hw_values, round_values, lock, occupancy, osl_mean)
+        scenario's output lengths scaled to mean ``osl_mean`` where given (a run's own) and the
+        run's own engine settings and layout where ``run`` gives them (``run_settings.run_fields``)."""
+        ckey = (key, hw_values, round_values, lock, occupancy, osl_mean, run)
         hit = self.cache.get(ckey)
         if hit is not None:
             return hit
         self.calls += 1
         if occupancy is not None:
-            out = self.tpot_at(key, hw_values, round_values, lock, occupancy, osl_mean)
+            out = self.tpot_at(key, hw_values, round_values, lock, occupancy, osl_mean, run)
             self.cache[ckey] = out
             return out
         out = self._predict(key, hw_values, round_values, lock)
@@ -150,11 +151,15 @@ class Runner:
         return Outcome(value, "", self._lock_of(preset, pred.config))
 
     def tpot_at(self, key: PredictionKey, hw_values: Values, round_values: Values, lock: Lock | None,
-                occupancy: float | tuple[float, ...], osl_mean: float | None = None) -> Outcome:
+                occupancy: float | tuple[float, ...], osl_mean: float | None = None,
+                run: tuple[tuple[str, str], ...] = ()) -> Outcome:
         """Mean TPOT (seconds) of the configuration ``lock`` pins, at ``occupancy`` sequences in
         flight over the system (spread evenly over its instances): ``scheduler.server`` at the
         per-instance occupancy, no search; a tuple of occupancies is one array evaluation and gives
-        a tuple. ``lock`` must name an aggregated layout."""
+        a tuple. ``lock`` must name an aggregated layout. ``run``: the run's own engine settings
+        (``run_settings.run_engine``) replace the preset's, and its own layout
+        (``run_settings.run_layout``), where it fits, the lock's, as ``infersim validate --at-load
+        --run-engine`` prices it; the lock's transforms stay."""
         import numpy as np
 
         from .. import api
@@ -177,10 +182,19 @@ class Runner:
                 return Outcome(None, f"bad input: the lock leaves {len(variants)} optimization variants", None)
             plan = opt.apply_all(api.base_plan(query.inputs, query.software, query.layout), variants[0])
             lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
+            stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).with_output_mean(osl_mean)
+            if run:
+                from ..run_settings import run_engine, run_layout
+
+                settings = dict(run)
+                plan = replace(plan, engine=run_engine(plan.engine, settings))
+                own = run_layout(plan, settings, stats, key.accelerators)
+                if own is not None:
+                    tp, pp, ep, dp = own["tp"], own["pp"], own["ep"], own["dp"]
+                    lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
             n_inst = int(replicas(lay, key.accelerators, plan.hardware.scale_up.domain_size))
             if n_inst < 1:
                 return Outcome(None, "bad input: the pinned layout does not fit the accelerators", None)
-            stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).with_output_mean(osl_mean)
             occ = np.atleast_1d(np.asarray(occupancy, dtype=float))
             res = server(plan, lay, occ / n_inst, stats, 99.0, key.accelerators / (tp * pp), means_only=True)
             values = np.broadcast_to(np.asarray(res.tpot_mean, dtype=float), occ.shape)
@@ -237,7 +251,7 @@ class Runner:
 
     @staticmethod
     def _ckey(task: tuple) -> tuple:
-        return tuple(task) + ((), (), None, None, None)[len(task) - 1:]
+        return tuple(task) + ((), (), None, None, None, ())[len(task) - 1:]
 
     def start_pool(self, workers: int) -> None:
         """Predict uncached keys in ``workers`` forked processes (no-op for 1 or without fork)."""

@@ -1,0 +1,148 @@
+"""Each published run's own engine settings and layout (``data/mlperf_engine_settings.csv``).
+
+The settings are inputs the submitter wrote in the run's config files (batch cap, token budget,
+chunking, attention-DP gate, CUDA graphs, stream interval, TP/PP/EP), never its measured results.
+``infersim validate --at-load --run-engine`` predicts each run with them, and ``infersim calibrate``
+fits the operating points on them (``accuracy.oppoints.load_op_rows``). No import from the rest of
+the package at module level: both read it.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+
+def _num(text) -> float | None:
+    """A positive finite number, else None (blank, text, zero or negative)."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) and v > 0 else None
+
+
+def engine_settings_data() -> Path:
+    """``data/mlperf_engine_settings.csv`` (copy of shared/reference/mlperf_engine_settings.csv:
+    each MLPerf LLM run's engine settings read from its submission's config files)."""
+    from .specs.catalog import bundled_root
+
+    return bundled_root() / "data" / "mlperf_engine_settings.csv"
+
+
+RUN_KEY = ("version", "submitter", "system", "benchmark", "scenario")
+"""Columns that identify a run in the engine-settings and operating-point files."""
+
+RUN_FIELDS = ("max_batch_size", "max_num_tokens", "enable_chunked_prefill", "enable_attention_dp", "adp_timeout_iters",
+              "adp_batching_wait_iters", "cuda_graphs", "cuda_graph_batch_sizes", "stream_interval", "extra",
+              "tensor_parallel_size", "pipeline_parallel_size", "moe_expert_parallel_size")
+"""The columns ``run_engine`` and ``run_layout`` read."""
+
+
+def run_fields(settings: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
+    """A run's ``RUN_FIELDS`` that are filled, as a hashable tuple (empty for None)."""
+    if not settings:
+        return ()
+    return tuple((k, settings[k].strip()) for k in RUN_FIELDS if (settings.get(k) or "").strip())
+
+
+def load_engine_settings(path=None) -> dict[tuple, dict[str, str]]:
+    """Engine settings per run, keyed by ``RUN_KEY`` (empty where the file is absent)."""
+    path = Path(path) if path is not None else engine_settings_data()
+    if not path.is_file():
+        return {}
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        return {tuple(r.get(k, "").strip() for k in RUN_KEY): r for r in csv.DictReader(fh)}
+
+
+def _graph_sizes(text: str):
+    """An explicit list of captured sizes ("128 256 384 512"); None for summaries and blanks."""
+    parts = text.split()
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return tuple(sorted(int(p) for p in parts))
+
+
+def run_engine(engine, settings: dict[str, str]):
+    """``engine`` (the round preset's) with the run's own settings where its config gives them:
+    batch cap (``max_batch_size``: TensorRT-LLM per attention rank, vLLM ``max_num_seqs``), token
+    budget (``max_num_tokens`` / ``max_num_batched_tokens``), chunked prefill, the attention-DP gate
+    (only where the run enabled attention DP), CUDA graphs (explicit sizes; ``cuda_graphs`` False: none,
+    True without sizes: every size), ``stream_interval`` and
+    vLLM's ``num_scheduler_steps`` (``extra`` column).
+    Inputs of the run, never its measured results."""
+    from dataclasses import replace
+
+    num = lambda k: _num(settings.get(k))  # noqa: E731
+    kw: dict[str, Any] = {}
+    if num("max_batch_size"):
+        kw["max_batch_size"] = num("max_batch_size")
+    if num("max_num_tokens"):
+        kw["max_num_tokens"] = num("max_num_tokens")
+    chunk = settings.get("enable_chunked_prefill", "").strip().lower()
+    if chunk in ("true", "false"):
+        kw["chunked_prefill"] = chunk == "true"
+    adp = settings.get("enable_attention_dp", "").strip().lower()
+    if adp == "false":
+        kw.update(gate_timeout_iters=0, gate_wait_iters=0)
+    elif adp == "true":
+        kw.update(gate_timeout_iters=int(num("adp_timeout_iters") or 0), gate_wait_iters=int(num("adp_batching_wait_iters") or 0))
+    sizes = _graph_sizes(settings.get("cuda_graph_batch_sizes", ""))
+    graphs = settings.get("cuda_graphs", "").strip().lower()
+    if sizes or graphs.startswith("true"):  # on without recorded sizes: the stack's default, every size
+        kw["graph_sizes"] = sizes or None
+    elif graphs == "false":  # an engine without CUDA graphs: every iteration launches its kernels
+        kw["graph_sizes"] = ()
+    if graphs.startswith("true"):  # piecewise graphs (vLLM V1 FULL_AND_PIECEWISE, TensorRT-LLM
+        # torch_compile piecewise) also run the iterations that carry prompt tokens
+        kw["graphs_capture_prompts"] = "piecewise" in graphs or "piecewise" in settings.get("extra", "").lower()
+    if num("stream_interval"):
+        kw["stream_interval"] = int(num("stream_interval"))
+    steps = re.search(r"(?:^|;)\s*num_scheduler_steps=(\d+)", settings.get("extra", ""))
+    if steps:  # vLLM V0 multi-step scheduling (the AMD v5.1 configs, recorded in ``extra``)
+        kw["decode_steps"] = int(steps.group(1))
+    return replace(engine, **kw)
+
+
+def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict[str, Any] | None:
+    """The run's own instance layout where its config gives it: ``tensor_parallel_size``,
+    ``pipeline_parallel_size`` (default 1), ``moe_expert_parallel_size`` (required for MoE models,
+    1 for dense ones), attention DP over the TP ranks where ``enable_attention_dp``; replicas =
+    accelerators // (tp·pp) and the layout's KV capacity. None where a field is missing or the
+    layout does not fit the model (``parallel.layout_feasibility``) or the accelerators."""
+    import numpy as np
+
+    from . import parallel
+    from .graph import Layout
+
+    tp, pp, ep = (_num(settings.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                   "moe_expert_parallel_size"))
+    if tp is None:
+        return None
+    pp = pp or 1.0
+    if plan.model.moe is not None and ep is None:
+        return None
+    ep = ep or 1.0
+    if plan.model.moe is None and ep != 1.0:
+        return None
+    dp = tp if settings.get("enable_attention_dp", "").strip().lower() == "true" else 1.0
+    tp, pp, ep, dp = int(tp), int(pp), int(ep), int(dp)
+    replicas = accelerators // (tp * pp)
+    lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
+    ok, _ = parallel.layout_feasibility(plan.model, lay, accelerators)
+    if replicas < 1 or not bool(np.all(ok)):
+        return None
+    # KV capacity: activations of one iteration at the token budget (else at the capacity itself)
+    q = 1.0 + plan.serving.draft_depth
+    step = (plan.engine.max_num_tokens * dp if plan.engine.max_num_tokens is not None
+            else parallel.max_batch(plan, lay, stats.context_mean, 0.0) * q * (1 + stats.isl_mean / stats.osl_mean))
+    b_max = float(np.ravel(parallel.max_batch(plan, lay, stats.context_mean, step))[0])
+    if not b_max > 0:
+        return None
+    return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
+
+
+__all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout"]
