@@ -113,9 +113,13 @@ def test_leave_one_hardware_out_predicts_held_out_hardware_from_the_fleet_prior(
     # the held-out hardware gets its own spec-sheet default scaled by the other hardware's
     # calibrated/default ratio; both were generated with the same derating, so the prior recovers
     # most of it and the held-out error falls well below the uncalibrated one
-    for fold in block["folds"].values():
+    for name, fold in block["folds"].items():
         assert fold["median_ape"] < 0.5 * fold["uncalibrated_median_ape"]
         assert fold["fit_rows"] == 4
+        # what the fold fitted, on the other hardware only (a finding list beside it)
+        assert set(fold["fitted"]) == {"h100-sxm", "h200-sxm"} - {name}
+        assert set(next(iter(fold["fitted"].values()))) == {"compute_fraction"}
+        assert isinstance(fold["findings"], list)
     # the row table behind the figures: every held-out row once, worst first, its error recomputable
     table = block["held_out"]
     assert len(table) == 8 and {r["hardware"] for r in table} == {"h100-sxm", "h200-sxm"}

@@ -243,3 +243,32 @@ def test_validation_splits_the_frontier_by_load():
     assert sum(t["rows"] for t in s.values()) == report.summary["frontier_rows"]
     assert s["at_limit"]["rows"] > 20 and s["below_limit"]["rows"] > 10
     assert "at its limit" in report.to_table()
+
+
+def test_operating_points_carry_their_runs_own_engine_settings():
+    rows = load_op_rows()
+    own = [r for r in rows if r.run]
+    assert len(own) > 100  # most v5.1/v6.0 Server/Interactive runs are in mlperf_engine_settings.csv
+    assert all(dict(r.run).keys() <= set(__import__("infersim.run_settings", fromlist=["x"]).RUN_FIELDS) for r in own)
+    amd = [r for r in own if r.submitter == "AMD" and r.model == "llama2-70b" and r.scenario == "server"]
+    assert amd and all(dict(r.run).get("max_num_tokens") == "40960" for r in amd)
+    assert not any(r.run for r in load_op_rows(run_settings=False))
+
+
+def test_tpot_at_a_runs_own_layout_and_engine():
+    """A run's own TP replaces the capacity search's layout (its transforms stay); its engine
+    settings replace the preset's (no CUDA graphs: every decode iteration launches its kernels)."""
+    run = Runner()
+    key = PredictionKey("v5.1", "h100-sxm", "llama2-70b", "mlperf-llama2-70b-server", 8)
+    lock = run.predict(key, (), (), OP_SEARCH).lock
+    tp = 4 if lock.layout[0] != 4 else 2
+    pinned = lock._replace(layout=(tp, 1, 1, 1))
+    own = run.predict(key, (), (), lock, 64.0, None, (("tensor_parallel_size", str(tp)),)).value
+    assert own == pytest.approx(run.predict(key, (), (), pinned, 64.0).value, rel=1e-12)
+    assert own != pytest.approx(run.predict(key, (), (), lock, 64.0).value, rel=1e-6)
+    # a layout that does not fit the model (64 heads over TP3) keeps the lock's
+    assert run.predict(key, (), (), lock, 64.0, None, (("tensor_parallel_size", "3"),)).value == pytest.approx(
+        run.predict(key, (), (), lock, 64.0).value, rel=1e-12)
+    graphs = (("tensor_parallel_size", str(tp)), ("cuda_graphs", "True"))
+    eager = (("tensor_parallel_size", str(tp)), ("cuda_graphs", "False"))
+    assert run.predict(key, (), (), lock, 8.0, None, eager).value > run.predict(key, (), (), lock, 8.0, None, graphs).value

@@ -178,7 +178,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
     dict with ``leave_one_round_out``, ``leave_one_hardware_out`` and/or
     ``leave_one_model_out``, each with pooled ``rows, n_failed, median_ape, p90_ape`` over all
     held-out frontier rows (and ``uncalibrated_*`` at the documented defaults), ``folds`` (per
-    held-out value), ``max_nfev``, ``seconds`` and ``held_out`` (each held-out row's published and
+    held-out value: its figures, the fit's row count and error, the values it fitted (``fitted``,
+    per hardware and round) and its ``findings``), ``max_nfev``, ``seconds`` and ``held_out`` (each held-out row's published and
     predicted tokens/s and signed error, worst first). A hardware with fewer than ``min_rows``
     frontier rows is not held out on its own.
     """
@@ -214,7 +215,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                 items = _held_out(run, res, test, names)
                 pooled += items
                 fold_out[name] = {**_fold_stats(items), "fit_rows": res.rows, "fit_median_ape": res.after["median_ape"],
-                                  "fit_seconds": res.seconds}
+                                  "fit_seconds": res.seconds, "fitted": {**res.hardware, **res.presets},
+                                  "findings": [f["text"] for f in res.findings]}
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
             table = _row_table(pooled)
