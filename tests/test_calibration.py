@@ -663,3 +663,17 @@ def test_the_fp4_weight_stream_is_fitted_and_transferred_only_where_the_gpu_runs
     result = _fitted_result(fitted, defaults)
     assert "fp4_memory_fraction" not in accuracy.transfer_prior(result, "a100-sxm")
     assert accuracy.transfer_prior(result, "mi355x")["fp4_memory_fraction"] == pytest.approx(0.5)
+
+
+def test_bundled_host_ties_share_one_shipped_value():
+    """The shipped profiles' host ties (``host_as``): GB300 on GB200's Grace hosts, MI325X on MI300X's
+    EPYC hosts, HGX B300 on HGX B200's x86 hosts; calibrate fits and writes one host cost per step
+    for each pair."""
+    from infersim.accuracy.fit import sharing
+    from infersim.accuracy.runner import Runner
+
+    run = Runner()
+    ties = sharing(run, ["b200", "b300", "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x"], "host_as")[0]
+    assert ties == {"b300": "b200", "gb300-nvl72": "gb200-nvl72", "mi325x": "mi300x"}
+    for d, c in ties.items():
+        assert run.base_hardware(d).efficiency.step_overhead_ms == run.base_hardware(c).efficiency.step_overhead_ms
