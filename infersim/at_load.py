@@ -20,11 +20,8 @@ TTFT + (OSL − 1) × mean TPOT (``scheduler.operating_point``).
 
 from __future__ import annotations
 
-import csv
 import math
-import re
 import statistics
-from pathlib import Path
 from typing import Any
 
 from .accuracy.oppoints import bundled_data, hardware_id, load, model_id  # noqa: F401 (bundled_data: the CLI's default file)
