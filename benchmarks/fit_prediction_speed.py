@@ -37,9 +37,7 @@ def main() -> None:
     op_first = run.predict_many([(o.key, F._vals(base.get(o.hardware, {})), (), F.OP_SEARCH) for o in ops])
     op_locks = {o.key: out.lock for o, out in zip(ops, op_first)}
     ops = [o for o in ops if op_locks.get(o.key) is not None and o.hardware in base]
-    groups: dict = {}
-    for i, o in enumerate(ops):
-        groups.setdefault((o.key, o.tokens_per_sample, o.run), []).append(i)
+    groups = F.op_groups(ops)
     digest = hashlib.sha256()
     t_rows = t_ops = 0.0
     n_rows = n_ops = 0
@@ -50,8 +48,7 @@ def main() -> None:
         outs = run.predict_many([(fr.key, F._vals(hw[fr.key.hardware]), (), locks[fr.key]) for fr in fit])
         t_rows += time.process_time() - t
         n_rows += len(outs)
-        tasks = [(k, F._vals(hw[k.hardware]), (), op_locks[k],
-                  tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + F.OP_SLOPE_STEP)), osl, settings)
+        tasks = [(k, F._vals(hw[k.hardware]), (), op_locks[k], F.slope_occupancies(ops, idx), osl, settings)
                  for (k, osl, settings), idx in groups.items()]
         t = time.process_time()
         res = run.predict_many(tasks)

@@ -26,7 +26,7 @@ from typing import Any
 
 from .accuracy.oppoints import bundled_data, hardware_id, load, model_id  # noqa: F401 (bundled_data: the CLI's default file)
 from .errors import SpecError
-from .run_settings import (RUN_KEY, _num, engine_settings_data, load_engine_settings, run_engine,  # noqa: F401
+from .run_settings import (RUN_KEY, _num, apply_run, load_engine_settings, run_engine,  # noqa: F401 (re-exported)
                            run_layout)
 
 
@@ -96,10 +96,7 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
     out["disaggregated_run"] = bool(known and known.get("serving_mode", "").startswith("disaggregated"))
     cfg = {k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth", "max_batch")}
     if run is not None:
-        from dataclasses import replace
-
-        plan = replace(plan, engine=run_engine(plan.engine, run))
-        own = run_layout(plan, run, stats, int(n))
+        plan, own = apply_run(plan, run, stats, int(n))
         out["run_layout"] = own is not None
         if own is not None:
             cfg.update(own)

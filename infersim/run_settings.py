@@ -145,4 +145,15 @@ def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict
     return {"tp": tp, "pp": pp, "ep": ep, "dp": dp, "replicas": replicas, "max_batch": b_max}
 
 
-__all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout"]
+def apply_run(plan, settings: dict[str, str], stats, accelerators: int):
+    """(``plan`` with the run's own engine settings (``run_engine``), the run's own layout on that
+    plan (``run_layout``) or None): how ``validate --at-load --run-engine`` and the fit's
+    operating points price a run."""
+    from dataclasses import replace
+
+    plan = replace(plan, engine=run_engine(plan.engine, settings))
+    return plan, run_layout(plan, settings, stats, accelerators)
+
+
+__all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout",
+           "apply_run"]

@@ -13,6 +13,7 @@ from infersim.accuracy.data import PredictionKey
 from infersim.accuracy.fit import OP_SEARCH, _vals
 from infersim.accuracy.oppoints import OpRow, load_op_rows, steady_point, usable
 from infersim.accuracy.runner import Runner
+from infersim.run_settings import RUN_FIELDS
 
 from test_calibration import KEYS, TRUE, spec_sheet_profiles, synthetic_rows  # noqa: F401 (fixture)
 
@@ -249,7 +250,7 @@ def test_operating_points_carry_their_runs_own_engine_settings():
     rows = load_op_rows()
     own = [r for r in rows if r.run]
     assert len(own) > 100  # most v5.1/v6.0 Server/Interactive runs are in mlperf_engine_settings.csv
-    assert all(dict(r.run).keys() <= set(__import__("infersim.run_settings", fromlist=["x"]).RUN_FIELDS) for r in own)
+    assert all(dict(r.run).keys() <= set(RUN_FIELDS) for r in own)
     amd = [r for r in own if r.submitter == "AMD" and r.model == "llama2-70b" and r.scenario == "server"]
     assert amd and all(dict(r.run).get("max_num_tokens") == "40960" for r in amd)
     assert not any(r.run for r in load_op_rows(run_settings=False))

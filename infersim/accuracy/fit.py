@@ -92,6 +92,21 @@ def op_residual(tpot: tuple[float, float], measured: float, cap: float) -> float
     return max(1.0, amp) * math.log(t0 / measured)
 
 
+def op_groups(ops: Sequence[OpRow]) -> dict[tuple[PredictionKey, float | None, tuple], list[int]]:
+    """Indices of the operating points that one ``Runner.tpot_at`` evaluation prices together: same
+    prediction key, own mean output length and own engine settings (``OpRow.run``)."""
+    groups: dict[tuple[PredictionKey, float | None, tuple], list[int]] = {}
+    for i, o in enumerate(ops):
+        groups.setdefault((o.key, o.tokens_per_sample, o.run), []).append(i)
+    return groups
+
+
+def slope_occupancies(ops: Sequence[OpRow], idx: Sequence[int]) -> tuple[float, ...]:
+    """Each indexed operating point's steady occupancy and (1 + ``OP_SLOPE_STEP``) times it, in
+    that order (``op_residual``'s two TPOTs)."""
+    return tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + OP_SLOPE_STEP))
+
+
 SIGNIFICANT_DIGITS = 4
 """Fitted values are rounded to this many significant digits before they are reported or written."""
 
@@ -351,12 +366,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             """Model mean TPOT per operating point at its steady occupancy and (1 + ``OP_SLOPE_STEP``)
             times it, at the run's own mean output length; one evaluation per key and output length
             over all its occupancies."""
-            groups: dict[tuple[PredictionKey, float | None, tuple], list[int]] = {}
-            for i, o in enumerate(ops):
-                groups.setdefault((o.key, o.tokens_per_sample, o.run), []).append(i)
-            tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k],
-                       tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + OP_SLOPE_STEP)), osl, settings)
-                      for (k, osl, settings), idx in groups.items()]
+            groups = op_groups(ops)
+            tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k], slope_occupancies(ops, idx), osl,
+                       settings) for (k, osl, settings), idx in groups.items()]
             out: list[tuple[float, float] | None] = [None] * len(ops)
             for idx, res in zip(groups.values(), run.predict_many(tasks_)):
                 vals = res.value or (None,) * (2 * len(idx))

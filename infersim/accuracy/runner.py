@@ -184,11 +184,9 @@ class Runner:
             lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
             stats = WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).with_output_mean(osl_mean)
             if run:
-                from ..run_settings import run_engine, run_layout
+                from ..run_settings import apply_run
 
-                settings = dict(run)
-                plan = replace(plan, engine=run_engine(plan.engine, settings))
-                own = run_layout(plan, settings, stats, key.accelerators)
+                plan, own = apply_run(plan, dict(run), stats, key.accelerators)
                 if own is not None:
                     tp, pp, ep, dp = own["tp"], own["pp"], own["ep"], own["dp"]
                     lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
