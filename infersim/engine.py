@@ -103,9 +103,10 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     (profiles without ``compute.exp_rate_tera_per_s`` have no such roof). Exponential-bound time
     counts as compute-bound. A GEMM's compute efficiency is the small-M knee (``gemm_m_half``) times
     the k-depth share n / (n + ``gemm_k_overhead_blocks``) of its n 128-byte k-blocks per rank
-    (``roofline.k_depth_efficiency``), times the MoE maturity for routed-expert GEMMs, which also
-    scales their weight-streaming efficiency (``moe_memory_fraction``, at most the dense
-    ``memory_fraction``). A dense block-scaled FP4 GEMM streams its weights at
+    (``roofline.k_depth_efficiency``), times the round's maturity: ``kernel_efficiency`` for dense
+    GEMMs and attention, ``moe_kernel_efficiency`` alone for routed-expert GEMMs (their own
+    backend's kernels, ``PresetSpec.moe_backend``), which also scales their weight-streaming
+    efficiency (``moe_memory_fraction``, at most the dense ``memory_fraction``). A dense block-scaled FP4 GEMM streams its weights at
     ``fp4_memory_fraction`` on a GPU with FP4 tensor cores (``memory_fraction`` elsewhere).
     """
     hw = plan.hardware
@@ -125,8 +126,11 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
         else:
             overlap = 1.0
             if op.kind == OpKind.GEMM:
+                # routed-expert GEMMs run the MoE backend's own kernels: their maturity is the MoE
+                # factor alone, not the dense kernels' on top of it
                 maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
-                ce = roofline.gemm_efficiency(op.m, c_eff * maturity, eff.gemm_m_half)
+                base = eff.compute_fraction * maturity if op.grouped else c_eff
+                ce = roofline.gemm_efficiency(op.m, base, eff.gemm_m_half)
                 if eff.gemm_k_overhead_blocks > 0:
                     ce = ce * roofline.k_depth_efficiency(op.k, PACKED_BYTES_PER_ELEMENT.get(op.precision, 2.0),
                                                           eff.gemm_k_overhead_blocks)

@@ -164,9 +164,11 @@ class Plan:
     dispatch_bytes: float | None = None
     """Bytes per element of MoE dispatch payloads (None: activation format)."""
     kernel_efficiency: float = 1.0
-    """Software maturity multiplier on compute/attention efficiency (per-round preset)."""
+    """Software maturity multiplier on compute/attention efficiency (per-round preset); not on the
+    routed experts' grouped GEMMs, which ``moe_kernel_efficiency`` alone describes."""
     moe_kernel_efficiency: float = 1.0
-    """Software maturity multiplier on routed-expert GEMM efficiency (per-round preset)."""
+    """Software maturity of the routed-expert GEMMs (per-round preset): the MoE backend's whole
+    factor on their MMA rate and weight stream."""
     host_overhead_scale: float = 1.0
     """Multiplier on the hardware's per-step host overhead (per-round preset)."""
     search: SearchSpace = field(default_factory=SearchSpace)

@@ -637,14 +637,19 @@ def test_shipped_nvl72_profiles_carry_their_hgx_siblings_die():
 
 
 def test_a_round_factor_no_row_of_its_round_exercises_is_a_note_not_a_finding():
-    # v5.0 has only dense-model rows: its MoE factor sits at v5.1's by the round order, which is no
-    # evidence of an older round being faster (the finding it would raise otherwise)
+    # v5.0 has only dense-model rows: its MoE factor takes v5.0's own dense kernel maturity (within
+    # the round order: at most v5.1's), no evidence either way, so no finding (an older round's
+    # factor pinned at the newer one's would raise one otherwise)
     assert not any(catalog.load("model", k[0]).is_moe for k in KEYS[:4])
     rows = synthetic_rows("h100-sxm", TRUE, keys=KEYS[:4] + KEYS[5:6])
     rows += synthetic_rows("h100-sxm", TRUE, keys=KEYS[:4], version="v5.0")
     result = accuracy.calibrate(rows, max_nfev=2, parameters=("compute_fraction",),
                                 round_parameters=("kernel_efficiency", "moe_kernel_efficiency"), start="default")
-    assert result.presets["v5.0"]["moe_kernel_efficiency"] == result.round_values["v5.1"]["moe_kernel_efficiency"]
+    from infersim.optimizations.presets import load_preset
+
+    k50, older, newer = (result.presets["v5.0"]["kernel_efficiency"], load_preset("v4.1").moe_kernel_efficiency,
+                         result.round_values["v5.1"]["moe_kernel_efficiency"])
+    assert result.presets["v5.0"]["moe_kernel_efficiency"] == pytest.approx(min(max(k50, older), newer), rel=1e-3)
     assert not [f for f in result.findings if f["parameter"] == "v5.0.moe_kernel_efficiency"]
     assert any(n.startswith("v5.0.moe_kernel_efficiency: no MoE row") for n in result.notes)
 

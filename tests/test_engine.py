@@ -456,3 +456,28 @@ def test_moe_maturity_scales_the_experts_weight_stream_up_to_the_dense_rate():
     others = {k: v for k, v in base.items() if not k.startswith("experts_")}
     assert others == {k: v for k, v in x15.items() if not k.startswith("experts_")}
     assert others == {k: v for k, v in x9.items() if not k.startswith("experts_")}
+
+
+def test_dense_kernel_maturity_leaves_the_routed_experts_alone():
+    """The routed experts run their MoE backend's own kernels: the round's dense ``kernel_efficiency``
+    leaves their time unchanged bit for bit (compute-bound at a large batch), ``moe_kernel_efficiency``
+    alone divides their MMA time, and the dense GEMMs follow ``kernel_efficiency``."""
+    hw = _with_efficiency(B200_NO_EXP, moe_memory_fraction=0.8, memory_fraction=0.8)
+    plan = Plan(hardware=hw, model=S.model("deepseek-r1"), formats=Formats("fp8", "fp8", "fp8"))
+    shape = Shape(decode_seqs=16384, decode_ctx=1024)
+
+    def cost(k, m):
+        c = step_cost(replace(plan, kernel_efficiency=k, moe_kernel_efficiency=m), Layout(tp=8, ep=8), shape,
+                      detail=True)
+        return {n: float(t) for n, t in c.by_op.items()}, c.op_info
+
+    base, info = cost(1.0, 1.0)
+    slow_dense, _ = cost(0.5, 1.0)
+    fast_moe, _ = cost(1.0, 1.25)
+    experts = ("experts_gate_up", "experts_down")
+    for name in experts:
+        assert info[name][1] == "compute"
+        assert slow_dense[name] == base[name]
+        assert fast_moe[name] == pytest.approx(base[name] / 1.25, rel=1e-9)
+    for name in ("q_a_proj", "o_proj", "lm_head"):  # compute-bound dense GEMMs: twice as long at half the maturity
+        assert info[name][1] == "compute" and slow_dense[name] == pytest.approx(2 * base[name], rel=1e-9)

@@ -256,8 +256,11 @@ def test_recipe_turns_off_what_its_engine_does_not_run():
     off = api.predict("h200-sxm", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0")
     on = api.predict("h200-sxm", VL, "mlperf-qwen3-vl-235b-a22b-offline", 8, round="v6.0", enable=["overlap"])
     assert "overlap" not in off.config["optimizations"] and "overlap" in on.config["optimizations"]
-    # TP4 all-reduces are exposed without overlap: the step is slower
-    assert off.metrics["requests_per_s"] < on.metrics["requests_per_s"]
+    # TP4 all-reduces are exposed without overlap; the engine splits a step into two micro-batches
+    # only where that is faster (engine.step_cost), so enabling overlap never slows it (with the
+    # fourteenth session's H200 fit the split breaks even at this batch: its expert weights are
+    # streamed twice)
+    assert off.metrics["requests_per_s"] <= on.metrics["requests_per_s"]
     # other models keep the round's optimizations
     q = api.Query.build("b200", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v6.0")
     assert "overlap" not in api.selection(q).skipped

@@ -184,6 +184,35 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
 
 
+def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Sequence[str], reference: str | None) -> set[str]:
+    """Give each of ``rounds`` (fitted rounds that no MoE row or operating point exercises) the
+    round's own dense ``kernel_efficiency`` as its ``moe_kernel_efficiency`` (in place, in ``rnd``):
+    with no evidence on a round's routed-expert kernels, the best guess is that they matured as
+    the round's other kernels did. The value is kept inside the round order (a newer round's MoE
+    kernels never slower, at most the factor's largest step faster than its neighbour's) and the
+    factor's range, walking outward from ``reference``. Returns the rounds set."""
+    name = "moe_kernel_efficiency"
+    if reference is None or name not in rnd.get(reference, {}):
+        return set()
+    spec = ROUND_FACTORS[name]
+    todo = set(rounds) - {reference}
+    order = sorted(rnd, key=version_key)
+    i_ref = order.index(reference)
+    for side in (order[i_ref - 1::-1] if i_ref else [], order[i_ref + 1:]):
+        newer_side = bool(side) and version_key(side[0]) > version_key(reference)
+        prev = reference
+        for i, r in enumerate(side):
+            if r in todo and "kernel_efficiency" in rnd[r]:
+                v, n = rnd[r]["kernel_efficiency"], rnd[prev][name]
+                lo, hi = (n, n * spec.max_step) if newer_side else (n / spec.max_step, n)
+                beyond = side[i + 1] if i + 1 < len(side) else None  # a held value stays in order with it
+                if beyond is not None and beyond not in todo:
+                    lo, hi = (lo, min(hi, rnd[beyond][name])) if newer_side else (max(lo, rnd[beyond][name]), hi)
+                rnd[r][name] = float(np.clip(np.clip(v, lo, max(lo, hi)), spec.range.lower, spec.range.upper))
+            prev = r
+    return todo & set(rnd)
+
+
 def _moe_only(fit, ops) -> tuple[list, list]:
     """The fit rows and the operating points of an MoE model."""
     from ..specs import catalog  # profiles are cached by file
@@ -503,11 +532,20 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 op_locks.update(new_op)
 
         hw, rnd = values_of(x)
+        fitted_rnd = {params[j].owner for j in st_idx}
+        moe_fit, moe_ops = _moe_only(fit, ops)
+        moe_rounds = {fr.key.preset for fr in moe_fit} | {o.key.preset for o in moe_ops}
+        if "moe_kernel_efficiency" in names_r:  # neighbours the fit leaves alone keep their file values
+            others = {r: {n: float(getattr(run.preset(r), n)) for n in names_r}
+                      for r in _all_rounds(presets_dir) if r not in rnd}
+            every = {**others, **rnd}
+            moe_held = moe_without_evidence(every, sorted(fitted_rnd - moe_rounds, key=version_key), reference)
+        else:
+            moe_held = set()
         fitted_hw = {params[j].owner for j in hw_idx}
         # written with the shared values; a profile with too few rows of its own is not: its other
         # parameters were never fitted (``transfer_prior`` gives it the sibling's tied values)
         fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw and d not in skipped}
-        fitted_rnd = {params[j].owner for j in st_idx}
         hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if run.base_hardware(h).has_efficiency(n)}
                         for h in sorted(fitted_hw)}
         for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
@@ -534,16 +572,17 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         op_after = stats([abs(v / m - 1) * 100 for v, m in zip(op_after_values, op_measured) if v is not None])
 
         findings = [f.to_dict() for f in bound_findings(params, x, rnd)]
-        # a round's MoE factor that no row of the round exercises sits where the round order holds it,
-        # at its neighbour's value: no evidence either way, so a note and not a finding
-        moe_fit, moe_ops = _moe_only(fit, ops)
-        moe_rounds = {fr.key.preset for fr in moe_fit} | {o.key.preset for o in moe_ops}
+        # a round's MoE factor that no row of the round exercises takes the round's own dense kernel
+        # maturity within the round order (``moe_without_evidence``): no evidence either way, so a
+        # note and not a finding
         for f in list(findings):
             r, _, name = f["parameter"].rpartition(".")  # round names carry a dot (v4.0)
-            if name in MOE_ROUND_FACTORS and r in fitted_rnd and r not in moe_rounds:
+            if name in MOE_ROUND_FACTORS and r in moe_held:
                 findings.remove(f)
-                notes.append(f"{r}.{name}: no MoE row or operating point of this round in the fit; the round "
-                             f"order holds it at its neighbour's value ({rnd[r][name]:.4g}), not evidence either way")
+        for r in sorted(moe_held, key=version_key):
+            notes.append(f"{r}.moe_kernel_efficiency: no MoE row or operating point of this round in the fit; "
+                         f"held at the round's dense kernel maturity within the round order ({rnd[r]['moe_kernel_efficiency']:.4g}),"
+                         f" not evidence either way")
         for f in list(findings):  # a tied value's finding belongs to every profile that carries it
             owner, _, name = f["parameter"].partition(".")
             for (d, n), (c, field) in sorted(ties.items()):

@@ -112,7 +112,8 @@ ROUND_FACTORS: dict[str, RoundFactor] = {
         "a round's kernels are never slower than the previous round's and at most 1.5x faster: FA3 vs FA2 "
         "1.5-2x on attention alone, CUDA graphs +22 %, CUTLASS updates +1.3 % (effects.md section 6)")),
     "moe_kernel_efficiency": RoundFactor(+1, 2.0, Range(
-        0.3, 1.5, "multiplier on routed-expert GEMM efficiency (MMA rate and weight stream)",
+        0.3, 1.5, "the routed-expert GEMMs' whole maturity (MMA rate and weight stream; kernel_efficiency "
+        "does not apply to them)",
         "MoE kernels never slower than the previous round's; NVFP4 MoE GEMMs up to 1.9x and grouped-GEMM "
         "tuning +12 % (effects.md sections 6-7)")),
     "host_overhead_scale": RoundFactor(-1, 2.0, Range(

@@ -180,10 +180,12 @@ class PresetSpec(Spec):
     source: list[str] = Field(min_length=1)
     """What the preset's contents are derived from."""
     kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
-    """Multiplier on the hardware's compute and attention efficiencies (software maturity)."""
+    """Multiplier on the hardware's compute and attention efficiencies (software maturity) for every
+    kernel but the routed experts' grouped GEMMs, which ``moe_kernel_efficiency`` alone describes."""
     moe_kernel_efficiency: float = Field(default=1.0, gt=0, le=2)
-    """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's maturity, on
-    both its MMA rate and its weight stream (``moe_memory_fraction``, at most ``memory_fraction``)."""
+    """Multiplier on routed-expert (grouped GEMM) efficiency: the MoE kernel backend's whole maturity
+    (not on top of ``kernel_efficiency``: the experts run the backend's own kernels), on both its MMA
+    rate and its weight stream (``moe_memory_fraction``, at most ``memory_fraction``)."""
     host_overhead_scale: float = Field(default=1.0, ge=0, le=10)
     """Multiplier on the hardware's per-step host overhead."""
     moe_backend: MoeBackend | None = None
