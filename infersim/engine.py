@@ -106,8 +106,9 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     (``roofline.k_depth_efficiency``), times the round's maturity: ``kernel_efficiency`` for dense
     GEMMs and attention, ``moe_kernel_efficiency`` alone for routed-expert GEMMs (their own
     backend's kernels, ``PresetSpec.moe_backend``), which also scales their weight-streaming
-    efficiency (``moe_memory_fraction``, at most the dense ``memory_fraction``). A dense block-scaled FP4 GEMM streams its weights at
-    ``fp4_memory_fraction`` on a GPU with FP4 tensor cores (``memory_fraction`` elsewhere).
+    efficiency (``moe_memory_fraction``, at most the dense ``memory_fraction``). A dense
+    block-scaled FP4 GEMM streams its weights at ``fp4_memory_fraction`` on a GPU with FP4 tensor
+    cores (``memory_fraction`` elsewhere).
     """
     hw = plan.hardware
     exp_rate = hw.compute.exp_rate

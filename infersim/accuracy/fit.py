@@ -184,33 +184,34 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
 
 
-def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Sequence[str], reference: str | None) -> set[str]:
+def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Iterable[str], reference: str | None) -> set[str]:
     """Give each of ``rounds`` (fitted rounds that no MoE row or operating point exercises) the
-    round's own dense ``kernel_efficiency`` as its ``moe_kernel_efficiency`` (in place, in ``rnd``):
-    with no evidence on a round's routed-expert kernels, the best guess is that they matured as
-    the round's other kernels did. The value is kept inside the round order (a newer round's MoE
-    kernels never slower, at most the factor's largest step faster than its neighbour's) and the
-    factor's range, walking outward from ``reference``. Returns the rounds set."""
+    round's own dense ``kernel_efficiency`` as its ``moe_kernel_efficiency`` (in place, in ``rnd``,
+    which holds every round's values): with no evidence on a round's routed-expert kernels, the
+    best guess is that they matured as the round's other kernels did. The value is kept inside the
+    round order (a newer round's MoE kernels never slower, at most the factor's largest step faster
+    than its neighbour's; walking outward from ``reference``, and in order with the next round
+    beyond it where that one is not held too) and the factor's range. Returns the rounds held."""
     name = "moe_kernel_efficiency"
     if reference is None or name not in rnd.get(reference, {}):
         return set()
     spec = ROUND_FACTORS[name]
-    todo = set(rounds) - {reference}
+    held = set(rounds) - {reference}
     order = sorted(rnd, key=version_key)
     i_ref = order.index(reference)
-    for side in (order[i_ref - 1::-1] if i_ref else [], order[i_ref + 1:]):
-        newer_side = bool(side) and version_key(side[0]) > version_key(reference)
+    for side, newer in ((order[:i_ref][::-1], False), (order[i_ref + 1:], True)):
         prev = reference
         for i, r in enumerate(side):
-            if r in todo and "kernel_efficiency" in rnd[r]:
-                v, n = rnd[r]["kernel_efficiency"], rnd[prev][name]
-                lo, hi = (n, n * spec.max_step) if newer_side else (n / spec.max_step, n)
-                beyond = side[i + 1] if i + 1 < len(side) else None  # a held value stays in order with it
-                if beyond is not None and beyond not in todo:
-                    lo, hi = (lo, min(hi, rnd[beyond][name])) if newer_side else (max(lo, rnd[beyond][name]), hi)
-                rnd[r][name] = float(np.clip(np.clip(v, lo, max(lo, hi)), spec.range.lower, spec.range.upper))
+            if r in held and "kernel_efficiency" in rnd[r]:
+                n = rnd[prev][name]
+                lo, hi = (n, n * spec.max_step) if newer else (n / spec.max_step, n)
+                beyond = side[i + 1] if i + 1 < len(side) else None
+                if beyond is not None and beyond not in held:
+                    lo, hi = (lo, min(hi, rnd[beyond][name])) if newer else (max(lo, rnd[beyond][name]), hi)
+                v = np.clip(rnd[r]["kernel_efficiency"], lo, max(lo, hi))
+                rnd[r][name] = float(np.clip(v, spec.range.lower, spec.range.upper))
             prev = r
-    return todo & set(rnd)
+    return held
 
 
 def _moe_only(fit, ops) -> tuple[list, list]:
@@ -535,13 +536,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         fitted_rnd = {params[j].owner for j in st_idx}
         moe_fit, moe_ops = _moe_only(fit, ops)
         moe_rounds = {fr.key.preset for fr in moe_fit} | {o.key.preset for o in moe_ops}
-        if "moe_kernel_efficiency" in names_r:  # neighbours the fit leaves alone keep their file values
-            others = {r: {n: float(getattr(run.preset(r), n)) for n in names_r}
-                      for r in _all_rounds(presets_dir) if r not in rnd}
-            every = {**others, **rnd}
-            moe_held = moe_without_evidence(every, sorted(fitted_rnd - moe_rounds, key=version_key), reference)
-        else:
-            moe_held = set()
+        # every round's file values: the neighbours the fit leaves alone keep them
+        file_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)} \
+            if names_r else {}
+        moe_held = set()
+        if "moe_kernel_efficiency" in names_r:
+            moe_held = moe_without_evidence({**file_rnd, **rnd}, fitted_rnd - moe_rounds, reference)
         fitted_hw = {params[j].owner for j in hw_idx}
         # written with the shared values; a profile with too few rows of its own is not: its other
         # parameters were never fitted (``transfer_prior`` gives it the sibling's tied values)
@@ -581,8 +581,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 findings.remove(f)
         for r in sorted(moe_held, key=version_key):
             notes.append(f"{r}.moe_kernel_efficiency: no MoE row or operating point of this round in the fit; "
-                         f"held at the round's dense kernel maturity within the round order ({rnd[r]['moe_kernel_efficiency']:.4g}),"
-                         f" not evidence either way")
+                         f"held at the round's dense kernel maturity within the round order "
+                         f"({rnd[r]['moe_kernel_efficiency']:.4g}), not evidence either way")
         for f in list(findings):  # a tied value's finding belongs to every profile that carries it
             owner, _, name = f["parameter"].partition(".")
             for (d, n), (c, field) in sorted(ties.items()):
@@ -590,9 +590,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     findings.append({**f, "parameter": f"{d}.{name}",
                                      "text": f"{d}.{f['text'].partition('.')[2]} ({c}'s value: {field} {c})"})
         if names_r:
-            all_rounds = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)}
-            all_rounds.update(presets_out)
-            for text in monotone_violations(all_rounds):
+            for text in monotone_violations({**file_rnd, **presets_out}):
                 findings.append({"parameter": text.split(" ", 1)[0], "value": None, "bound": None, "side": "order",
                                  "text": text + " (a round with too few rows to fit keeps its file value)"})
         by_owner: dict[str, dict[str, Any]] = {}
