@@ -338,3 +338,16 @@ def test_v41_llama2_70b_runs_tensor_parallel_only_within_the_published_batch_cap
     assert np.all(g.layouts["pp"] == 1)
     per_rank = g.batch[None, :] / g.layouts["dp"][:, None]
     assert np.all(per_rank[g.ok] <= cap)
+
+
+@pytest.mark.parametrize("scenario", ["offline", "server", "interactive"])
+@pytest.mark.parametrize("hw", ["b200", "gb200-nvl72", "h200-sxm"])
+def test_v50_llama31_405b_engine_is_the_next_rounds_recipe(hw, scenario):
+    """The v5.0 configs are not read: Llama 3.1 405B (new in v5.0) runs the NVIDIA harness's engine
+    limits of v5.1 (batch cap, token budget, no CUDA graphs), not the TensorRT-LLM build defaults,
+    on every part the round ran it on; the other models keep the round's defaults."""
+    v50, v51 = load_preset("v5.0"), load_preset("v5.1")
+    e50, e51 = v50.engine_for("llama3.1-405b", scenario, hw), v51.engine_for("llama3.1-405b", scenario, hw)
+    assert (e50.max_batch_size, e50.max_num_tokens, e50.graph_sizes) == (e51.max_batch_size, e51.max_num_tokens, e51.graph_sizes)
+    assert e50.max_num_tokens < 8192 and e50.graph_sizes == ()
+    assert v50.engine_for("llama2-70b", scenario, hw).max_num_tokens == 8192

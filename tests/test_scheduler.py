@@ -226,6 +226,16 @@ KNOWN_GAPS_BALANCED = {  # (gate, budget, load) -> measured miss (model − DES)
     # +9.2 ± 0.4, +6.6 ± 0.4 % (60 %: 6/2, 9/3, 6/2 flat2048) and +9.2 ± 1.1, +5.3 ± 0.6 % (90 %),
     # with the decode batch +4 … +9 % and tpot_mean +2 … +10 % beside them: the model's context
     # iterations stall longer on every gated point (the busiest rank's prompt tokens, above).
+    # Where the 10 % goes (fifteenth session, seed 3, the DES's admitting iterations): under the router
+    # the ranks' new-prompt counts per period are *more* dispersed than Poisson (variance / mean 1.11-1.18
+    # at 30-90 %, against 1.00-1.09 random), yet the busiest rank holds fewer tokens: the same counts with
+    # lengths drawn at random would give 1,398 / 1,680 / 1,938 tokens (6/2 60 %, 9/3 60 %, 6/2 90 %)
+    # against the DES's 1,291 / 1,564 / 1,815, since the router hands the longest prompts to the ranks
+    # holding the fewest active prompt tokens (per-rank token variance 0.86-0.91 of the compound
+    # Poisson's); and the gate opens sooner (every rank holds a prompt one iteration after an admission
+    # in 8.4 % of the periods against 2.5 % random at 6/2 60 %; period 5.77 against 6.02 iterations), so
+    # a period carries ~4 % fewer prompts than the closed form's random-router gate gives. A balanced-
+    # router model needs both: the length steering (−8 % given the counts) and the gate's faster fill.
     ("6/2", "none", 0.6): "ttft_mean +8.2 %",
     ("6/2", "none", 0.9): "tpot_p99 +12.5 %",
     ("6/2", "flat2048", 0.6): "ttft_mean +5.7 %",
