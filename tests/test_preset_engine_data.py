@@ -321,21 +321,24 @@ def test_v60_llama2_70b_on_b200_and_gb200_is_the_v51_b200_engine(hw, kind):
     assert (load_preset("v6.0").engine_for("llama2-70b", kind, "b300").max_batch_size) == 3072
 
 
-@pytest.mark.parametrize("hw,scenario,n,cap", [
-    ("l40s", "offline", 8, 1024),      # Fujitsu CDI_L40Sx8: TP4, gpu_batch_size 1024
-    ("h100-pcie", "server", 8, 896),   # ASUSTeK ESC8000A: the base TP2, gpu_batch_size 896
-    ("h100-sxm", "offline", 8, 896),   # NVIDIA H100_SXM_80GB_TP2x4
+@pytest.mark.parametrize("hw,scenario,n,cap,tp", [
+    ("l40s", "offline", 8, 1024, 4),      # Fujitsu CDI_L40Sx8: TP4, gpu_batch_size 1024
+    ("h100-pcie", "server", 8, 896, 2),   # ASUSTeK ESC8000A: the base TP2, gpu_batch_size 896
+    ("h100-sxm", "offline", 8, 896, 2),   # NVIDIA H100_SXM_80GB_TP2x4
+    ("h200-sxm", "server", 8, 896, 1),    # NVIDIA H200_SXM_141GBx8: TP1
 ])
-def test_v41_llama2_70b_runs_tensor_parallel_only_within_the_published_batch_cap(hw, scenario, n, cap):
-    """The v4.x NVIDIA harness set pipeline_parallelism = 1 in its Llama-2-70B base configs (partners
-    inherit it): the search keeps PP at 1 on every part, PCIe ones included, and each instance's
-    batch within the config's gpu_batch_size."""
+def test_v41_llama2_70b_runs_the_configs_tensor_parallelism_within_the_published_batch_cap(hw, scenario, n, cap, tp):
+    """The v4.x NVIDIA harness set pipeline_parallelism = 1 and a tensor_parallelism per system in its
+    Llama-2-70B configs (partners inherit the base TP2 or set their own): the search runs that layout
+    on every part, PCIe ones included (at TP1 the PCIe parts cross no link at all, at TP4 L40S's
+    all-reduces cross PCIe), and each instance's batch within the config's gpu_batch_size."""
     from infersim import api
 
     assert load_preset("v4.1").engine_for("llama2-70b", scenario, hw).max_batch_size == cap
     p = api.predict(hw, "llama2-70b", f"mlperf-llama2-70b-{scenario}", n, round="v4.1")
     g = p.result
     assert np.all(g.layouts["pp"] == 1)
+    assert set(g.layouts["tp"][np.any(g.ok, axis=-1)].tolist()) == {tp}
     per_rank = g.batch[None, :] / g.layouts["dp"][:, None]
     assert np.all(per_rank[g.ok] <= cap)
 
