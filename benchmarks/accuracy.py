@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibrate", action="store_true", help="also fit all rows and print the in-sample fit")
     ap.add_argument("--cv", action="store_true", help="also cross-validate the calibration (slow)")
     ap.add_argument("--max-nfev", type=int, default=None, help="optimizer evaluations for --calibrate (default: calibrate's)")
-    ap.add_argument("--cv-max-nfev", type=int, default=8, help="optimizer evaluations per CV fold")
+    ap.add_argument("--cv-max-nfev", type=int, default=accuracy.CV_MAX_NFEV, help="optimizer evaluations per CV fold")
     ap.add_argument("--cv-folds", default="round,hardware,model", help="comma-separated: round, hardware, model")
     ap.add_argument("--operating-points", default="none",
                     help="operating points fitted beside the throughput rows: 'bundled' (data/mlperf_operating_points.csv), "

@@ -475,6 +475,7 @@ def calibrate_cmd(
     bundled_operating_points: bool = typer.Option(False, "--bundled-operating-points", help="Also fit the bundled operating points (data/mlperf_operating_points.csv)."),
     parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma-separated efficiency fields to fit per hardware (default: the shipped set; each must have a documented range, see infersim/accuracy/params.py)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --cv: draw each fold kind's held-out errors (predicted/published against published tokens/s) to this .png, .svg or .pdf file."),
+    from_defaults: bool = typer.Option(False, "--from-defaults", help="Start every fitted value from its documented default instead of the profiles' current values, with the cross-validation folds' iteration budget (how the shipped values were fitted; minutes, not seconds)."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
@@ -494,8 +495,9 @@ def calibrate_cmd(
     rows = accuracy.load_rows(_input_csv(data, "--data") or accuracy.bundled_data())
     with accuracy.for_stderr() as progress:
         ops = _input_csv(operating_points, "--operating-points") or (True if bundled_operating_points else None)
+        start = {"start": "default", "max_nfev": accuracy.CV_MAX_NFEV} if from_defaults else {}
         res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops,
-                                 parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS)
+                                 parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS, **start)
     typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())
     if out is not None or in_place:
         for path in accuracy.write(res, None if in_place else out, in_place=in_place):

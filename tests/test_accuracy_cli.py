@@ -122,3 +122,24 @@ def test_calibrate_cv_plot_is_written_and_its_refusals(runner, tmp_path):
     mine.write_bytes(b"not a plot")
     refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--cv", "--plot", str(mine)])
     assert refused.exit_code == 2 and "--force" in refused.stderr and mine.read_bytes() == b"not a plot"
+
+
+def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_folds_budget(runner, tmp_path, monkeypatch):
+    """--from-defaults fits the way each cross-validation fold does (documented defaults, the folds'
+    iteration budget), the procedure the shipped values come from; without it the fit starts from
+    the profiles' current values."""
+    from infersim import accuracy
+
+    seen = []
+    real = accuracy.calibrate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **{**kwargs, "max_nfev": 1})
+
+    monkeypatch.setattr(accuracy, "calibrate", spy)
+    for flags in ([], ["--from-defaults"]):
+        result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--format", "json", *flags])
+        assert result.exit_code == 0, result.output
+    assert "start" not in seen[0] and "max_nfev" not in seen[0]
+    assert seen[1]["start"] == "default" and seen[1]["max_nfev"] == accuracy.CV_MAX_NFEV

@@ -292,11 +292,16 @@ def _median_ape(values: Sequence[float | None], published: np.ndarray) -> float 
     return stats([abs(v / p - 1) * 100 for v, p in zip(values, published) if v is not None])[0]
 
 
+CV_MAX_NFEV = 8
+"""Optimizer evaluations of a fit from the documented defaults: each cross-validation fold's, and
+the shipped values' (``infersim calibrate --from-defaults``)."""
+
+
 def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
               fit_rounds: bool = True, parameters: Sequence[str] = DEFAULT_PARAMETERS,
               round_parameters: Sequence[str] = ROUND_PARAMETERS, min_rows: int = 3, max_nfev: int = 5,
               prior_weight: float = 0.05, f_scale: float = 0.25, diff_step: float = 0.05, pin_choices: bool = True,
-              start: Literal["current", "default"] = "current", cv: bool = False, cv_max_nfev: int = 8,
+              start: Literal["current", "default"] = "current", cv: bool = False, cv_max_nfev: int = CV_MAX_NFEV,
               cv_folds: Sequence[str] | None = None, presets_dir: str | os.PathLike | None = None,
               progress: Progress | None = None, workers: int | None = None, transfer: bool = True,
               runner: Runner | None = None, phase: str = "fit",
