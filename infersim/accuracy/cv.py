@@ -24,8 +24,8 @@ import numpy as np
 
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
-from .fit import (DEFAULT_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults, round_defaults,
-                  round_sig, tie_root)
+from .fit import (CV_MAX_NFEV, DEFAULT_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults,
+                  round_defaults, round_sig, tie_root)
 from .params import HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
@@ -158,8 +158,8 @@ def _row_table(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[str] | None = None, *,
-                   folds: Sequence[str] = FOLD_KINDS, fit_rounds: bool = True, min_rows: int = 3, max_nfev: int = 8,
-                   progress: Progress | None = None, workers: int | None = None,
+                   folds: Sequence[str] = FOLD_KINDS, fit_rounds: bool = True, min_rows: int = 3,
+                   max_nfev: int = CV_MAX_NFEV, progress: Progress | None = None, workers: int | None = None,
                    presets_dir: str | os.PathLike | None = None, runner: Runner | None = None,
                    **fit_kwargs) -> dict[str, Any]:
     """Held-out error: leave one round, one hardware and one model out.
