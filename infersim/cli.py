@@ -476,6 +476,7 @@ def calibrate_cmd(
     parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma-separated efficiency fields to fit per hardware (default: the shipped set; each must have a documented range, see infersim/accuracy/params.py)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --cv: draw each fold kind's held-out errors (predicted/published against published tokens/s) to this .png, .svg or .pdf file."),
     from_defaults: bool = typer.Option(False, "--from-defaults", help="Start every fitted value from its documented default instead of the profiles' current values, with the cross-validation folds' iteration budget (how the shipped values were fitted; minutes, not seconds)."),
+    max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Optimizer iterations (scipy max_nfev, 1-1000; default: 5, or the folds' 8 with --from-defaults). A larger budget runs the fit towards convergence: minutes per 8."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
@@ -485,6 +486,8 @@ def calibrate_cmd(
 
     if out is not None and in_place:
         raise SpecError("give either --out DIR or --in-place, not both")
+    if max_nfev is not None and not 1 <= max_nfev <= 1000:
+        raise SpecError(f"--max-nfev must be an integer in [1, 1000] optimizer iterations (got {max_nfev})")
     if plot is not None:
         if not cv:
             raise SpecError("--plot draws the cross-validation: give --cv with it")
@@ -496,6 +499,8 @@ def calibrate_cmd(
     with accuracy.for_stderr() as progress:
         ops = _input_csv(operating_points, "--operating-points") or (True if bundled_operating_points else None)
         start = {"start": "default", "max_nfev": accuracy.CV_MAX_NFEV} if from_defaults else {}
+        if max_nfev is not None:
+            start["max_nfev"] = max_nfev
         res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops,
                                  parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS, **start)
     typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())

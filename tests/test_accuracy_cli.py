@@ -143,3 +143,11 @@ def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_fold
         assert result.exit_code == 0, result.output
     assert "start" not in seen[0] and "max_nfev" not in seen[0]
     assert seen[1]["start"] == "default" and seen[1]["max_nfev"] == accuracy.CV_MAX_NFEV
+    # --max-nfev sets the budget either way (the convergence study of the sixteenth session)
+    for flags, start in ((["--max-nfev", "3"], None), (["--from-defaults", "--max-nfev", "16"], "default")):
+        result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--format", "json", *flags])
+        assert result.exit_code == 0, result.output
+        assert seen[-1].get("start") == start and seen[-1]["max_nfev"] == int(flags[-1])
+    for bad in ("0", "1001"):
+        refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--max-nfev", bad])
+        assert refused.exit_code == 2 and "--max-nfev" in refused.stderr and "[1, 1000]" in refused.stderr

@@ -495,6 +495,16 @@ def test_cross_validation_has_three_fold_kinds():
         assert block["median_ape"] is not None and block["uncalibrated_median_ape"] is not None
     text = accuracy.format_cv(cv)
     assert "leave one model out" in text and "leave one round out" in text
+    # each fold says whether its fit stopped at the budget (1 iteration here) or at a tolerance
+    folds = [f for block in cv.values() for f in block["folds"].values()]
+    assert all(isinstance(f["termination"], str) and f["termination"] for f in folds)
+    assert all(f["stopped_by_budget"] == ("maximum number" in f["termination"]) for f in folds)
+    n_budget = sum(f["stopped_by_budget"] for f in cv["leave_one_round_out"]["folds"].values())
+    assert (f"{n_budget} of 2 fold fits stopped at the iteration budget" in text) == (n_budget > 0)
+    assert "fit stopped by" in text
+    from infersim.accuracy.cv import stopped_by_budget
+    assert stopped_by_budget("The maximum number of function evaluations is exceeded.")
+    assert not stopped_by_budget("`xtol` termination condition is satisfied.")
     with pytest.raises(SpecError, match="fold kind"):
         accuracy.cross_validate(rows, folds=("submitter",))
 

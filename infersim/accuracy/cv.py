@@ -216,7 +216,8 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                 pooled += items
                 fold_out[name] = {**_fold_stats(items), "fit_rows": res.rows, "fit_median_ape": res.after["median_ape"],
                                   "fit_seconds": res.seconds, "fitted": {**res.hardware, **res.presets},
-                                  "findings": [f["text"] for f in res.findings]}
+                                  "findings": [f["text"] for f in res.findings], "termination": res.message,
+                                  "stopped_by_budget": stopped_by_budget(res.message)}
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
             table = _row_table(pooled)
@@ -227,6 +228,12 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
         return out
 
 
+def stopped_by_budget(message: str) -> bool:
+    """True where the optimizer stopped at its iteration budget (``max_nfev``), not at a tolerance:
+    that fold's values are where the budget left them, so its held-out figure carries the path."""
+    return "maximum number of function evaluations" in message
+
+
 def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
     """A plain-text table of cross-validation results, with each fold kind's ``worst_rows`` worst held-out rows."""
     f = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
@@ -234,12 +241,18 @@ def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
     for kind, block in cv.items():
         lines.append(f"{kind.replace('_', ' ')} (held-out frontier rows, max_nfev {block['max_nfev']}, "
                      f"{block['seconds']:.0f} s)")
-        lines.append(f"  {'held out':<16}{'rows':>6}{'median APE %':>14}{'p90 APE %':>11}{'uncalibrated med %':>20}")
+        lines.append(f"  {'held out':<16}{'rows':>6}{'median APE %':>14}{'p90 APE %':>11}{'uncalibrated med %':>20}"
+                     f"{'fit stopped by':>16}")
         for name, s in block["folds"].items():
+            stop = "-" if "stopped_by_budget" not in s else "budget" if s["stopped_by_budget"] else "tolerance"
             lines.append(f"  {name:<16}{s['rows']:>6}{f(s['median_ape']):>14}{f(s['p90_ape']):>11}"
-                         f"{f(s['uncalibrated_median_ape']):>20}")
+                         f"{f(s['uncalibrated_median_ape']):>20}{stop:>16}")
         lines.append(f"  {'pooled':<16}{block['rows']:>6}{f(block['median_ape']):>14}{f(block['p90_ape']):>11}"
                      f"{f(block['uncalibrated_median_ape']):>20}")
+        budget = sum(bool(s.get("stopped_by_budget")) for s in block["folds"].values())
+        if budget:
+            lines.append(f"  {budget} of {len(block['folds'])} fold fits stopped at the iteration budget "
+                         f"(max_nfev {block['max_nfev']}), not at a tolerance: their figures carry the optimizer's path")
         if "by_load" in block:
             lines += ["  " + x for x in load_split_lines(block["by_load"])]
         worst = [r for r in block.get("held_out", []) if r["error_pct"] is not None][:worst_rows]
@@ -251,4 +264,5 @@ def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FOLD_KINDS", "cross_validate", "format_cv", "transfer_prior", "held_out_round", "SCALE_PARAMETERS"]
+__all__ = ["FOLD_KINDS", "cross_validate", "format_cv", "transfer_prior", "held_out_round", "SCALE_PARAMETERS",
+           "stopped_by_budget"]
