@@ -476,7 +476,7 @@ def calibrate_cmd(
     parameters: Optional[str] = typer.Option(None, "--parameters", help="Comma-separated efficiency fields to fit per hardware (default: the shipped set; each must have a documented range, see infersim/accuracy/params.py)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --cv: draw each fold kind's held-out errors (predicted/published against published tokens/s) to this .png, .svg or .pdf file."),
     from_defaults: bool = typer.Option(False, "--from-defaults", help="Start every fitted value from its documented default instead of the profiles' current values, with the cross-validation folds' iteration budget (how the shipped values were fitted; minutes, not seconds)."),
-    max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Optimizer iterations (scipy max_nfev, 1-1000; default: 5, or the folds' 8 with --from-defaults). A larger budget runs the fit towards convergence: minutes per 8."),
+    max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Optimizer iterations (scipy max_nfev, 1-1000; default: calibrate's own, or the folds' budget with --from-defaults). A larger budget runs the fit towards convergence; the table says whether it stopped at the budget."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 

@@ -217,7 +217,7 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                 fold_out[name] = {**_fold_stats(items), "fit_rows": res.rows, "fit_median_ape": res.after["median_ape"],
                                   "fit_seconds": res.seconds, "fitted": {**res.hardware, **res.presets},
                                   "findings": [f["text"] for f in res.findings], "termination": res.message,
-                                  "stopped_by_budget": stopped_by_budget(res.message)}
+                                  "stopped_by_budget": res.stopped_by_budget}
                 prog.log(f"cv {kind}: {name}: held-out median APE {fold_out[name]['median_ape'] or 0:.1f} % "
                          f"({len(test)} rows)")
             table = _row_table(pooled)
@@ -226,12 +226,6 @@ def cross_validate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterab
                                            "by_load": load_split([(t["load"], t["published_tokens_per_s"],
                                                                    t["predicted_tokens_per_s"]) for t in table])}
         return out
-
-
-def stopped_by_budget(message: str) -> bool:
-    """True where the optimizer stopped at its iteration budget (``max_nfev``), not at a tolerance:
-    that fold's values are where the budget left them, so its held-out figure carries the path."""
-    return "maximum number of function evaluations" in message
 
 
 def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
@@ -264,5 +258,4 @@ def format_cv(cv: dict[str, Any], worst_rows: int = 5) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FOLD_KINDS", "cross_validate", "format_cv", "transfer_prior", "held_out_round", "SCALE_PARAMETERS",
-           "stopped_by_budget"]
+__all__ = ["FOLD_KINDS", "cross_validate", "format_cv", "transfer_prior", "held_out_round", "SCALE_PARAMETERS"]

@@ -505,6 +505,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             return np.concatenate([r, r_op, prior_weight * (x - xp)])
 
         message = "no free parameters"
+        budget_stop = False
         x = x0.copy()
         if params and fit:
             n_res = len(fit) + len(ops)
@@ -524,6 +525,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                                     max_nfev=budget, ftol=2e-3, xtol=2e-3, gtol=1e-6)
                 x = np.clip(res.x, 0.0, 1.0)
                 message = res.message
+                budget_stop = res.status == 0  # scipy: the function-evaluation budget was reached
                 if not pin_choices:
                     break
                 hw, rnd = values_of(x)
@@ -628,6 +630,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                    "op_p90_ape": op_after[1]},
             by_owner=by_owner, row_errors=row_errors, data=data, date=_dt.date.today().isoformat(),
             seconds=time.perf_counter() - t0, evaluations=n_eval, predictions=run.calls, message=message,
+            stopped_by_budget=budget_stop,
             findings=findings, notes=notes, presets_dir=str(presets_dir) if presets_dir is not None else None,
             scope=scope, hardware_files={h: str(catalog.resolve("hardware", h)) for h in hardware_out
                                          if h not in run.hardware_override})

@@ -53,6 +53,9 @@ class CalibrationResult:
     """Distinct predictions made (cache misses)."""
     message: str
     """Optimizer status."""
+    stopped_by_budget: bool = False
+    """The optimizer stopped at its iteration budget (scipy ``least_squares`` status 0), not at a
+    tolerance: the values are where the budget left them."""
     findings: list[dict[str, Any]] = field(default_factory=list)
     """Fitted values on (or within 1 % of) a bound of their documented range, and rounds out of order."""
     notes: list[str] = field(default_factory=list)
@@ -87,7 +90,8 @@ class CalibrationResult:
             "defaults": self.defaults, "skipped": self.skipped, "reference_round": self.reference_round,
             "before": self.before, "after": self.after, "findings": self.findings, "notes": self.notes,
             "by_owner": self.by_owner, "seconds": self.seconds, "evaluations": self.evaluations,
-            "predictions": self.predictions, "message": self.message, "transferred": self.transferred,
+            "predictions": self.predictions, "message": self.message,
+            "stopped_by_budget": self.stopped_by_budget, "transferred": self.transferred,
             "excluded": [{"version": r.version, "hardware": r.hardware, "model": r.model, "scenario": r.scenario,
                           "accelerators": r.accelerators, "reason": why} for r, why in self.excluded],
             "cv": self.cv, "row_errors": self.row_errors, "op_errors": self.op_errors,
