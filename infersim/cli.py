@@ -498,11 +498,13 @@ def calibrate_cmd(
     rows = accuracy.load_rows(_input_csv(data, "--data") or accuracy.bundled_data())
     with accuracy.for_stderr() as progress:
         ops = _input_csv(operating_points, "--operating-points") or (True if bundled_operating_points else None)
-        start = {"start": "default", "max_nfev": accuracy.CV_MAX_NFEV} if from_defaults else {}
+        # the start and the iteration budget: calibrate's own unless --from-defaults / --max-nfev set them
+        fit_kwargs = {"start": "default", "max_nfev": accuracy.CV_MAX_NFEV} if from_defaults else {}
         if max_nfev is not None:
-            start["max_nfev"] = max_nfev
+            fit_kwargs["max_nfev"] = max_nfev
         res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops,
-                                 parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS, **start)
+                                 parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS,
+                                 **fit_kwargs)
     typer.echo(json.dumps(res.to_dict(), indent=2, default=str) if fmt == OutputFormat.json else res.to_table())
     if out is not None or in_place:
         for path in accuracy.write(res, None if in_place else out, in_place=in_place):
