@@ -299,8 +299,6 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     results: list[Result] = []
     for transforms in sel.variants():
         plan = opt.apply_all(base, transforms)
-        if qps is not None and plan.serving.disaggregated:
-            continue  # the load prediction models aggregated engines
         results.append(search.evaluate(plan, query.inputs.scenario, query.accelerators, stats,
                                        price_per_hour=query.price))
     n = query.accelerators
@@ -333,15 +331,24 @@ AT_LOAD_KEYS = ("requests_per_s", "occupancy", "occupancy_per_rank", "iteration_
 
 
 def _at_qps(query: Query, res: Result, ij, config, stats, qps, results, skipped, samples=None) -> Prediction:
-    """The capacity-best point's configuration run at ``qps`` (scheduler.operating_point)."""
+    """The capacity-best point's configuration run at ``qps`` (scheduler.operating_point; a
+    disaggregated point's prefill and decode pools by disagg_load.operating_point)."""
     from .graph import Layout
     from .scheduler import operating_point
 
     n = query.accelerators
     metrics = res.metrics_at(*ij)
-    lay = Layout(**{k: config[k] for k in ("tp", "pp", "ep", "dp")})
-    ok, why, at = operating_point(res.plan, lay, config["replicas"], stats, query.inputs.scenario, qps,
-                                  config["max_batch"], n / (config["tp"] * config["pp"]), samples)
+    if config.get("disaggregated"):  # the capacity's own pools at this load
+        from . import disagg_load
+
+        dec, d, pre, p = disagg_load.deployment(config)
+        ok, why, at = disagg_load.operating_point(res.plan, dec, d, pre, p, stats, query.inputs.scenario, qps,
+                                                  config["max_batch"], n, samples,
+                                                  inside=config["kv_transfer_tier"] == "scale-up")
+    else:
+        lay = Layout(**{k: config[k] for k in ("tp", "pp", "ep", "dp")})
+        ok, why, at = operating_point(res.plan, lay, config["replicas"], stats, query.inputs.scenario, qps,
+                                      config["max_batch"], n / (config["tp"] * config["pp"]), samples)
     metrics.update(at, tokens_per_s_per_accelerator=at["tokens_per_s"] / n, capacity_tokens_per_s=metrics["tokens_per_s"],
                    completed_tokens_per_s_per_accelerator=at["completed_tokens_per_s"] / n,
                    tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)

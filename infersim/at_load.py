@@ -31,7 +31,8 @@ from .run_settings import (RUN_KEY, _num, apply_run, load_engine_settings, run_e
 
 
 class _Systems:
-    """Capacity-best aggregated configuration per (preset, hardware, model, scenario, accelerators)."""
+    """Capacity-best configuration per (preset, hardware, model, scenario, accelerators, disaggregated):
+    aggregated, or disaggregated for runs that were."""
 
     def __init__(self):
         self.cache: dict[tuple, Any] = {}
@@ -40,9 +41,10 @@ class _Systems:
         if key not in self.cache:
             from . import api
 
-            preset, hw, model, scenario, n = key
+            preset, hw, model, scenario, n, disagg = key
+            flag = {"enable": ["disagg"]} if disagg else {"disable": ["disagg"]}
             try:
-                self.cache[key] = api.predict(hw, model, scenario, n, round=preset, disable=["disagg"])
+                self.cache[key] = api.predict(hw, model, scenario, n, round=preset, **flag)
             except SpecError as exc:
                 self.cache[key] = f"bad input: {exc}"
         return self.cache[key]
@@ -78,7 +80,14 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
     except SpecError as exc:
         out["reason"] = f"bad input: {exc}"
         return out
-    pred = systems.get((preset, hw, out["model"], f"mlperf-{out['model']}-{scen}", int(n)))
+    key = tuple(cols.get(k, "").strip() for k in RUN_KEY)
+    run = (settings or {}).get(key)
+    out["run_engine"], out["run_layout"] = run is not None, False
+    # flagged from the run's config whether or not its settings are used (``known_runs``)
+    known = run if run is not None else (known_runs or {}).get(key)
+    disagg = bool(known and known.get("serving_mode", "").startswith("disaggregated"))
+    out["disaggregated_run"] = disagg
+    pred = systems.get((preset, hw, out["model"], f"mlperf-{out['model']}-{scen}", int(n), disagg))
     if isinstance(pred, str) or not pred.feasible:
         out["reason"] = pred if isinstance(pred, str) else f"infeasible at capacity: {pred.reason}"
         return out
@@ -88,12 +97,8 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
     # KV capacity of the chosen layout: the search's max batch at that point
     samples = _num(cols.get("samples_run"))
     plan = pred.plan
-    key = tuple(cols.get(k, "").strip() for k in RUN_KEY)
-    run = (settings or {}).get(key)
-    out["run_engine"], out["run_layout"] = run is not None, False
-    # flagged from the run's config whether or not its settings are used (``known_runs``)
-    known = run if run is not None else (known_runs or {}).get(key)
-    out["disaggregated_run"] = bool(known and known.get("serving_mode", "").startswith("disaggregated"))
+    if c.get("disaggregated"):
+        return _disaggregated(out, plan, c, run, stats, pred.inputs.scenario, qps, int(n), samples, meas, cols)
     cfg = {k: c[k] for k in ("tp", "ep", "dp", "pp", "replicas", "mtp_depth", "max_batch")}
     if run is not None:
         plan, own = apply_run(plan, run, stats, int(n))
@@ -110,14 +115,47 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
                steady_tokens_per_s=steady,
                completed_tokens_per_s=m["completed_tokens_per_s"] if samples else None,
                measured_completed_tokens_per_s=_num(cols.get("completed_tokens_per_s")))
+    return _errors(out, meas)
+
+
+def _errors(out: dict[str, Any], meas: dict) -> dict[str, Any]:
+    """The row's errors from its ``predicted`` latencies (or the saturated reason)."""
     p = out["predicted"]
     if not all(math.isfinite(v) for v in p.values()):
-        out["reason"] = f"saturated at the measured load: {why}"
+        out["reason"] = f"saturated at the measured load: {out['limit']}"
         return out
     out["tpot_p50_ape"] = 100 * abs(p["tpot_p50_ms"] / meas["tpot_p50_ms"] - 1)
     out["tpot_p99_ape"] = 100 * abs(p["tpot_p99_ms"] / meas["tpot_p99_ms"] - 1)
     out["ttft_p99_error_s"] = (p["ttft_p99_ms"] - meas["ttft_p99_ms"]) / 1e3
     return out
+
+
+def _disaggregated(out, plan, c, run, stats, scenario, qps, n, samples, meas, cols) -> dict[str, Any]:
+    """A disaggregated run at its load (``disagg_load.operating_point``): its own prefill and decode
+    pools where ``run`` (its engine settings) gives them (``run_disagg``), else the capacity-best
+    disaggregated configuration of the round preset."""
+    from . import disagg_load
+    from .run_settings import run_disagg
+
+    own = run_disagg(plan, run, stats, n) if run is not None else None
+    if own is not None:
+        plan, dep = own
+        dec, d, pre, p, b_max = dep["decode"], dep["decode_workers"], dep["prefill"], dep["prefill_workers"], dep["max_batch"]
+        out["run_layout"] = True
+    else:
+        (dec, d, pre, p), b_max = disagg_load.deployment(c), c["max_batch"]
+    ok, why, m = disagg_load.operating_point(plan, dec, d, pre, p, stats, scenario, qps, b_max, n, samples)
+    lay = lambda x: {k: int(getattr(x, k)) for k in ("tp", "pp", "ep", "dp")}  # noqa: E731
+    out.update(config={**lay(dec), "decode_workers": d, "prefill_workers": p, "prefill_layout": lay(pre),
+                       "mtp_depth": c.get("mtp_depth", 0)},
+               meets_limits=ok, limit=why,
+               predicted={"tpot_p50_ms": 1e3 * m["tpot_p50_s"], "ttft_p50_ms": 1e3 * m["ttft_p50_s"],
+                          "ttft_p99_ms": 1e3 * m["ttft_s"], "tpot_p99_ms": 1e3 * m["tpot_s"],
+                          "occupancy_per_rank": m["occupancy_per_rank"], "iteration_ms": 1e3 * m["iteration_s"]},
+               prefill_utilization=m["prefill_utilization"], steady_tokens_per_s=m["tokens_per_s"],
+               completed_tokens_per_s=m["completed_tokens_per_s"] if samples else None,
+               measured_completed_tokens_per_s=_num(cols.get("completed_tokens_per_s")))
+    return _errors(out, meas)
 
 
 def validate(path, run_settings: bool = False) -> dict[str, Any]:

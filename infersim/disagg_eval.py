@@ -89,6 +89,23 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     """Every prefill layout the system allows (the pool's own search space), reduced per worker
     size to those not beaten on both TTFT and rate by another layout of that size."""
     layouts = parallel.candidate_layouts(plan, accelerators, fixed=False)
+    pool, ok = prefill_options(plan, stats, layouts, accelerators, percentile, inside)
+    size, mu, t_fixed = pool.size, pool.mu, pool.t_fixed_p
+    keep = []
+    for i in np.flatnonzero(ok):  # candidate layouts (not grid points): Pareto per worker size
+        same = ok & (size == size[i])
+        beaten = same & (t_fixed <= t_fixed[i]) & (mu >= mu[i]) & ((t_fixed < t_fixed[i]) | (mu > mu[i]))
+        if not np.any(beaten):
+            keep.append(i)
+    k = np.array(keep, dtype=int)
+    return PrefillPool({name: v[k] for name, v in pool.layouts.items()}, size[k], mu[k], pool.s_mean[k],
+                       pool.s_sq[k], pool.t_alone[k], t_fixed[k], pool.kv[k], pool.wait_p[k])
+
+
+def prefill_options(plan: Plan, stats: WorkloadStats, layouts: dict[str, np.ndarray], accelerators: int,
+                    percentile: float, inside: bool) -> tuple[PrefillPool, np.ndarray]:
+    """(A prefill worker per layout in ``layouts`` (1-D arrays tp, pp, ep, dp), the mask of those that
+    fit: divisibility, memory for a chunk's KV, a finite positive rate)."""
     lay = parallel.layout_axis(layouts)
     size = (lay.tp * lay.pp)[:, 0]
     plen, plen_sq = _prefill(stats, prefix_hit(plan, accelerators / size))
@@ -108,16 +125,10 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     t_fixed = t_alone * isl_tail + kv
     ok = parallel.layout_feasibility(plan.model, lay, accelerators, parallel.redundant_slots(plan))[0][:, 0]
     ok &= (parallel.kv_budget_per_device(plan, lay, chunk)[:, 0] > 0) & np.isfinite(mu) & (mu > 0)
-    keep = []
-    for i in np.flatnonzero(ok):  # candidate layouts (not grid points): Pareto per worker size
-        same = ok & (size == size[i])
-        beaten = same & (t_fixed <= t_fixed[i]) & (mu >= mu[i]) & ((t_fixed < t_fixed[i]) | (mu > mu[i]))
-        if not np.any(beaten):
-            keep.append(i)
-    k = np.array(keep, dtype=int)
-    _, wait_p = _waits(RHO_GRID[None, :], s_mean[k, None], s_sq[k, None], percentile, stats.arrival_scv)
-    return PrefillPool({name: v[k] for name, v in layouts.items()}, size[k], mu[k], s_mean[k], s_sq[k], t_alone[k],
-                       t_fixed[k], kv[k], np.maximum.accumulate(wait_p, axis=1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, wait_p = _waits(RHO_GRID[None, :], s_mean[:, None], s_sq[:, None], percentile, stats.arrival_scv)
+    return PrefillPool(dict(layouts), size, mu, s_mean, s_sq, t_alone, t_fixed, kv,
+                       np.maximum.accumulate(wait_p, axis=1)), ok
 
 
 class DisaggChoice:

@@ -155,5 +155,70 @@ def apply_run(plan, settings: dict[str, str], stats, accelerators: int):
     return plan, run_layout(plan, settings, stats, accelerators)
 
 
+def _lead_int(text) -> int | None:
+    """The leading whole number of a field such as "100 (gen) / 30 (ctx)"; None without one."""
+    m = re.match(r"\s*(\d+)", text or "")
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+DISAGG_FIELDS = ("disagg_prefill_workers", "disagg_prefill_tp", "disagg_decode_workers", "disagg_decode_tp")
+"""The columns a disaggregated run needs for its own pools (``run_disagg``)."""
+
+
+def run_disagg(plan, settings: dict[str, str], stats, accelerators: int):
+    """(``plan`` with the run's decode workers' engine, its deployment) for a disaggregated run whose
+    config gives both pools (``disagg_{prefill,decode}_{workers,tp,ep,adp}``), else None.
+
+    The decode workers' engine: ``disagg_decode_max_batch_size`` / ``_max_num_tokens``, CUDA graphs
+    of every size up to ``disagg_decode_cuda_graph_max_bs`` (the runs' lists run 1 … that size), the
+    leading number of ``stream_interval`` (the generation workers'); the prefill workers batch
+    ``disagg_prefill_max_num_tokens`` prompt tokens per step. The deployment: ``decode`` /
+    ``prefill`` layouts (ep 1 where blank, attention DP over the TP ranks where ``_adp``), worker
+    counts, and ``max_batch``, a decode worker's KV capacity. Inputs of the run, never its results."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from . import parallel
+    from .graph import Layout
+
+    if any(_num(settings.get(k)) is None for k in DISAGG_FIELDS):
+        return None
+
+    def layout(pool: str) -> Layout:
+        tp = int(_num(settings.get(f"disagg_{pool}_tp")))
+        ep = int(_num(settings.get(f"disagg_{pool}_ep")) or 1)
+        dp = tp if settings.get(f"disagg_{pool}_adp", "").strip().lower() == "true" else 1
+        return Layout(tp=tp, pp=1, ep=ep, dp=dp)
+
+    dec, pre = layout("decode"), layout("prefill")
+    d_n, p_n = int(_num(settings["disagg_decode_workers"])), int(_num(settings["disagg_prefill_workers"]))
+    if d_n * dec.tp + p_n * pre.tp > accelerators:
+        return None
+    for lay in (dec, pre):
+        if not bool(np.all(parallel.layout_feasibility(plan.model, lay, accelerators)[0])):
+            return None
+    kw: dict[str, Any] = {}
+    num = lambda k: _num(settings.get(k))  # noqa: E731
+    if num("disagg_decode_max_batch_size"):
+        kw["max_batch_size"] = num("disagg_decode_max_batch_size")
+    if num("disagg_decode_max_num_tokens"):
+        kw["max_num_tokens"] = num("disagg_decode_max_num_tokens")
+    top, cap = num("disagg_decode_cuda_graph_max_bs"), kw.get("max_batch_size")
+    if top:  # captured up to ``top`` (every size: the lists are dense, 1 … top); eager above it
+        kw["graph_sizes"] = None if cap is not None and top >= cap else tuple(range(1, int(top) + 1))
+    if _lead_int(settings.get("stream_interval")):
+        kw["stream_interval"] = _lead_int(settings.get("stream_interval"))
+    plan = replace(plan, engine=replace(plan.engine, **kw))
+    if num("disagg_prefill_max_num_tokens"):
+        plan = replace(plan, serving=replace(plan.serving, prefill_chunk_tokens=num("disagg_prefill_max_num_tokens")))
+    q = 1.0 + plan.serving.draft_depth
+    cap = plan.engine.max_batch_size or parallel.max_batch(plan, dec, stats.context_mean, 0.0)
+    b_max = float(np.ravel(parallel.max_batch(plan, dec, stats.context_mean, float(np.ravel(cap)[0]) * q))[0])
+    if not b_max > 0:
+        return None
+    return plan, {"decode": dec, "decode_workers": d_n, "prefill": pre, "prefill_workers": p_n, "max_batch": b_max}
+
+
 __all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout",
-           "apply_run"]
+           "apply_run", "run_disagg", "DISAGG_FIELDS"]

@@ -1,0 +1,138 @@
+"""A disaggregated deployment at a given load: fixed prefill and decode pools run at ``qps``.
+
+The capacity search (``disagg_eval``) sizes the pools for the largest rate meeting the limits; here
+the pools are given (the capacity-best split, or the split a submitter deployed) and the arrival
+rate λ is. The same first-order models, so that at the capacity's own rate this reproduces the
+search's figures (tests/test_disagg_load.py):
+
+- decode workers (D of them, one layout) run decode-only steps; each takes λ/D requests/s and holds
+  the occupancy B where its service rate B·L/(OSL·t_d(B)) equals them (Little's law; t_d the decode
+  step with its host time, L tokens per step). Mean TPOT t_d(B)/L, the p99 with the acceptance
+  spread and the decode count's drift (``serving.decode_drift``), as the capacity search prices it.
+  A rate above B_max·L/(OSL·t_d(B_max)) (B_max the batch cap or the KV capacity) saturates them;
+- prefill workers (P of them, one layout, prompt chunks of ``prefill_chunk_tokens``) are P parallel
+  M/G/1 queues at utilization ρ = λ/(P·μ), μ a worker's requests/s at full chunks; TTFT = queue wait
+  + own prefill + exposed KV transfer + the first decode step (``disagg_eval._waits``). ρ ≥ 1
+  saturates them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .disagg_eval import _waits, prefill_options
+from .engine import step_cost
+from .graph import Layout, Shape
+from .plan import Plan
+from .serving import WorkloadStats, decode_drift, decode_slope, tpot_spread
+
+BATCH_POINTS = 512
+"""Decode occupancies tried per worker (geometric, 1e-3 … B_max) before the crossing is refined."""
+
+
+def _decode_time(plan: Plan, layout: Layout, stats: WorkloadStats, batch):
+    """(shape, decode step seconds incl. host time) of a decode worker at occupancy ``batch``."""
+    shape = Shape(decode_seqs=batch, decode_q=1.0 + plan.serving.draft_depth, decode_ctx=stats.context_mean)
+    return shape, step_cost(plan, layout, shape).total + plan.engine.host_time(batch)
+
+
+def decode_occupancy(plan: Plan, layout: Layout, stats: WorkloadStats, rate: float, b_max: float):
+    """Occupancy of one decode worker serving ``rate`` requests/s: the smallest B ≤ ``b_max`` with
+    B·L/(OSL·t_d(B)) = rate (linear between grid points, then the step priced there), or None when
+    even B_max serves less."""
+    L = plan.serving.tokens_per_step
+    grid = np.geomspace(1e-3, max(float(b_max), 2e-3), BATCH_POINTS)
+    _, t = _decode_time(plan, layout, stats, grid)
+    served = grid * L / (stats.osl_mean * np.asarray(t, dtype=float).ravel())
+    above = np.flatnonzero(served >= rate)
+    if rate <= 0 or not len(above):
+        return None
+    k = int(above[0])
+    if k == 0:
+        return float(grid[0] * rate / served[0])
+    lo, hi = grid[k - 1], grid[k]
+    return float(lo + (hi - lo) * (rate - served[k - 1]) / (served[k] - served[k - 1]))
+
+
+def operating_point(plan: Plan, decode_layout: Layout, decode_workers: int, prefill_layout: Layout,
+                    prefill_workers: int, stats: WorkloadStats, scenario, qps: float, b_max: float,
+                    accelerators: int, samples: float | None = None, inside: bool | None = None):
+    """(meets every limit, the first broken limit's reason name or '', metrics) of the deployment at
+    ``qps`` requests/s; the metrics carry the keys of ``scheduler.operating_point`` (NaN where a pool
+    saturates) plus ``prefill_utilization``. ``b_max``: a decode worker's occupancy cap (its batch
+    cap or KV capacity, whichever is lower); ``inside``: the KV cache moves over the scale-up fabric
+    (default: the system fits one scale-up domain)."""
+    from .scheduler import MIN_DURATION_S
+
+    slo = scenario.slo
+    q = slo.percentile / 100.0
+    L = plan.serving.tokens_per_step
+    inside = accelerators <= plan.hardware.scale_up.domain_size if inside is None else inside
+    cap = plan.engine.max_batch_size
+    d = float(np.asarray(decode_layout.dp))
+    limit = min(float(b_max), cap * d) if cap is not None else float(b_max)
+    nan = float("nan")
+    m = {"requests_per_s": qps, "tokens_per_s": qps * stats.osl_mean, "gate_iters": 0.0, "prefill_share": 0.0}
+    b = decode_occupancy(plan, decode_layout, stats, qps / decode_workers, limit)
+    lay1 = {k: np.array([int(np.asarray(getattr(prefill_layout, k)))]) for k in ("tp", "pp", "ep", "dp")}
+    pool, fits = prefill_options(plan, stats, lay1, accelerators, slo.percentile, inside)
+    rho = qps / (prefill_workers * float(pool.mu[0])) if bool(fits[0]) else float("inf")
+    m["prefill_utilization"] = rho
+    why = ""
+    if b is None:
+        why = "BATCH_LIMIT" if cap is not None and cap * d <= float(b_max) else "SATURATED"
+    elif not rho < 1.0:
+        why = "SATURATED"
+    if why:
+        m.update({k: nan for k in ("occupancy", "occupancy_per_instance", "occupancy_per_rank", "iteration_s",
+                                   "decode_iteration_s", "ttft_p50_s", "ttft_s", "ttft_mean_s", "tpot_p50_s", "tpot_s",
+                                   "tpot_mean_s", "mean_latency_s")})
+        issue = samples / qps if samples else MIN_DURATION_S
+        m.update(issue_s=issue, completed_tokens_per_s=0.0)
+        return False, why, m
+    shape, t_d = _decode_time(plan, decode_layout, stats, b)
+    t_d = float(np.ravel(t_d)[0])
+    slope = decode_slope(plan, decode_layout, shape, b, t_d, plan.engine.host_time)
+    a_s, z_s, _ = decode_drift(slope, b, t_d, L, stats, q)
+    tail = tpot_spread(plan, q)
+    tpot_mean = t_d / L
+    tpot_p99 = float(np.ravel(tpot_mean + np.sqrt((tpot_mean * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2))[0])
+    w_mean, w_p = _waits(rho, pool.s_mean[0], pool.s_sq[0], slo.percentile, stats.arrival_scv)
+    _, w_50 = _waits(rho, pool.s_mean[0], pool.s_sq[0], 50.0, stats.arrival_scv)
+    first = float(pool.t_alone[0] + pool.kv[0]) + t_d
+    ttft_mean = float(w_mean) + first
+    ttft_p99 = float(w_p + pool.t_fixed_p[0]) + t_d
+    m.update(occupancy=b * decode_workers, occupancy_per_instance=b, occupancy_per_rank=b / d, iteration_s=t_d,
+             decode_iteration_s=t_d, ttft_p50_s=float(w_50) + first, ttft_s=ttft_p99, ttft_mean_s=ttft_mean,
+             tpot_p50_s=tpot_mean * tpot_spread(plan, 0.5), tpot_s=tpot_p99, tpot_mean_s=tpot_mean)
+    latency = ttft_mean + (stats.osl_mean - 1.0) * tpot_mean
+    issue = samples / qps if samples else MIN_DURATION_S
+    m.update(mean_latency_s=latency, issue_s=issue, completed_tokens_per_s=m["tokens_per_s"] * issue / (issue + latency))
+    if slo.ttft_ms is not None and ttft_p99 > slo.ttft_ms * 1e-3:
+        why = "SLO_TTFT"
+    elif slo.tpot_ms is not None and tpot_p99 > slo.tpot_ms * 1e-3:
+        why = "SLO_TPOT"
+    elif slo.e2e_ms is not None and ttft_p99 + stats.osl_p99 * tpot_mean > slo.e2e_ms * 1e-3:
+        why = "SLO_E2E"
+    return why == "", why, m
+
+
+def deployment(config: dict) -> tuple[Layout, int, Layout, int]:
+    """(decode layout, decode workers, prefill layout, prefill workers) of a disaggregated config
+    (``Prediction.config`` of a disaggregated point)."""
+    dec = Layout(**{k: int(config[k]) for k in ("tp", "pp", "ep", "dp")})
+    pre = Layout(**{k: int(config["prefill_layout"][k]) for k in ("tp", "pp", "ep", "dp")})
+    return dec, int(config["decode_workers"]), pre, int(config["prefill_workers"])
+
+
+def with_prefill_chunk(plan: Plan, tokens: float | None) -> Plan:
+    """``plan`` whose prefill workers batch ``tokens`` prompt tokens per step (a run's prefill
+    ``max_num_tokens``); unchanged for None."""
+    if tokens is None:
+        return plan
+    return replace(plan, serving=replace(plan.serving, prefill_chunk_tokens=float(tokens)))
+
+
+__all__ = ["operating_point", "decode_occupancy", "deployment", "with_prefill_chunk", "BATCH_POINTS"]
