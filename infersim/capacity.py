@@ -1,5 +1,6 @@
 """Capacity planning: the fewest accelerators of each candidate hardware that serve a target load
-within the scenario's latency limits, with the layout, headroom and cost.
+within the scenario's latency limits, with the layout, headroom and cost, and (Server /
+Interactive traffic) the latencies at the target load itself (``api.predict(..., qps=)``).
 
 For each candidate the search predicts the whole system at a given accelerator count (layout,
 batch and optimizations searched, limits applied) and bisects on the count: the answer is the
@@ -34,6 +35,9 @@ class Candidate:
     target_tokens_per_s: float = 0.0
     price_per_hour: float = 0.0
     domain_size: int = 1
+    at_target: api.Prediction | None = None
+    """The chosen fleet's capacity-best configuration run at the target load (``api.predict(...,
+    qps=)``): the latencies it serves the target with, below those at its capacity (None Offline)."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"hardware": self.hardware, "feasible": self.feasible, "reason": self.reason,
@@ -59,7 +63,15 @@ class Candidate:
             "usd_per_million_tokens": usd_per_hour / (served * 3600.0) * 1e6,
             "usd_per_million_blended_tokens": usd_per_hour / ((served + input_rate) * 3600.0) * 1e6,
         })
+        if self.at_target is not None:
+            a = self.at_target
+            d["at_target"] = {"requests_per_s": a.config.get("qps"), "meets_limits": a.feasible,
+                              "limit": a.reason, **{k: a.metrics.get(k) for k in AT_TARGET_KEYS}}
         return d
+
+
+AT_TARGET_KEYS = ("occupancy", "ttft_p50_s", "ttft_s", "tpot_p50_s", "tpot_s", "ttft_mean_s", "tpot_mean_s")
+"""The at-target figures a plan row carries (``Candidate.at_target``; ``ttft_s`` / ``tpot_s`` are p99s)."""
 
 
 def _capacity(query_at: Callable[[int], Query], n: int, cache: dict[int, api.Prediction]) -> api.Prediction:
@@ -105,7 +117,13 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
             hi = mid
         else:
             lo = mid
-    return Candidate(inputs.hardware_id, True, "", hi, cache[hi], target_tokens_per_s, price, domain)
+    at = None
+    if inputs.scenario.kind != "offline":  # the fleet at the load it is sized for
+        from .serving import WorkloadStats
+
+        rate = target_tokens_per_s / WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean
+        at = api.predict(query_at(hi), qps=rate)
+    return Candidate(inputs.hardware_id, True, "", hi, cache[hi], target_tokens_per_s, price, domain, at)
 
 
 def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | None = None,

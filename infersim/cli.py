@@ -544,8 +544,11 @@ def plan_cmd(**kwargs) -> None:
     elif fmt == "csv":
         typer.echo(_rows_csv([_flat(r) for r in rows]).rstrip("\n"))
     else:
-        cols = ("hardware", "accelerators", "domains", "layout", "capacity tokens/s", "headroom %", "TTFT p99 ms",
-                "TPOT p99 ms", "$/hour", "$/month", "$/M out", "$/M blended")
+        # latencies at the target load where predicted (Server / Interactive), else at capacity
+        at_target = any(r.get("at_target") for r in rows)
+        cols = ("hardware", "accelerators", "domains", "layout", "capacity tokens/s", "headroom %",
+                "TTFT p99 ms at target" if at_target else "TTFT p99 ms",
+                "TPOT p99 ms at target" if at_target else "TPOT p99 ms", "$/hour", "$/month", "$/M out", "$/M blended")
         table_rows = []
         for r in rows:
             if not r["feasible"]:
@@ -554,7 +557,8 @@ def plan_cmd(**kwargs) -> None:
             lay = r["layout"]
             table_rows.append((r["hardware"], r["accelerators"], r["scale_up_domains"],
                                f"tp{lay['tp']} pp{lay['pp']} ep{lay['ep']} dp{lay['dp']} ×{lay['replicas']}",
-                               r["capacity_tokens_per_s"], 100 * r["headroom"], 1e3 * r["ttft_s"], 1e3 * r["tpot_s"],
+                               r["capacity_tokens_per_s"], 100 * r["headroom"],
+                               *(1e3 * (r.get("at_target") or r)[k] for k in ("ttft_s", "tpot_s")),
                                r["usd_per_hour"], r["usd_per_month"], r["usd_per_million_tokens"],
                                r["usd_per_million_blended_tokens"]))
         _console().print(_table("capacity plan (cheapest first)", cols, table_rows))

@@ -104,6 +104,24 @@ def test_plan_cheapest_first_with_cost_and_layout(runner):
         # one accelerator fewer does not meet the target (the count is the fewest)
         fewer = api.predict(x["hardware"], "llama3.1-70b", "chat-1k-1k", x["accelerators"] - 1)
         assert not fewer.feasible or fewer.metrics["tokens_per_s"] < 50000
+        # the fleet at the target load itself: its limits hold, with latencies at or below capacity's
+        at = x["at_target"]
+        assert at["meets_limits"] and at["limit"] == "" and at["occupancy"] > 0
+        assert at["ttft_s"] <= x["ttft_s"] * (1 + 1e-9) and at["tpot_s"] <= x["tpot_s"] * (1 + 1e-9)
+        assert at["ttft_p50_s"] <= at["ttft_s"] and at["tpot_p50_s"] <= at["tpot_s"]
+    stats = api.predict("b200", "llama3.1-70b", "chat-1k-1k", 8).result.stats
+    assert rows[0]["at_target"]["requests_per_s"] == pytest.approx(50000 / stats.osl_mean)
+    table = runner.invoke(app, ["plan", "--model", "llama3.1-70b", "--scenario", "chat-1k-1k", "--target-tokens-per-s",
+                                "50000", "--hardware", "b200"])
+    assert table.exit_code == 0 and "at target" in table.output
+
+
+def test_plan_offline_has_no_at_target_figures(runner):
+    r = runner.invoke(app, ["plan", "-m", "llama3.1-8b", "-s", "mlperf-llama3.1-8b-offline", "--target-tokens-per-s",
+                            "20000", "-H", "h100-sxm", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.stdout)[0]
+    assert row["feasible"] and "at_target" not in row
 
 
 def test_plan_bad_target_is_exit_2(runner):
