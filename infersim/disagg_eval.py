@@ -89,6 +89,9 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     """Every prefill layout the system allows (the pool's own search space), reduced per worker
     size to those not beaten on both TTFT and rate by another layout of that size."""
     layouts = parallel.candidate_layouts(plan, accelerators, fixed=False)
+    if plan.serving.prefill_tp:  # a pinned prefill worker size
+        keep = (layouts["tp"] * layouts["pp"]) == plan.serving.prefill_tp
+        layouts = {k: v[keep] for k, v in layouts.items()}
     pool, ok = prefill_options(plan, stats, layouts, accelerators, percentile, inside)
     size, mu, t_fixed = pool.size, pool.mu, pool.t_fixed_p
     keep = []
@@ -139,6 +142,8 @@ class DisaggChoice:
         self.pool_index = np.zeros(shape, dtype=int)
         self.option = np.zeros(shape, dtype=int)
         self.prefill_workers = self.decode_workers = self.decode_size = None
+        self.split_fits = np.ones(shape, dtype=bool)
+        """Where pinned worker counts (``Serving.prefill_workers`` / ``decode_workers``) fit."""
 
     def take(self, name: str) -> np.ndarray:
         """A PrefillPool field (e.g. ``mu``, ``size``) at each point's chosen option."""
@@ -162,7 +167,7 @@ class DisaggChoice:
                 "kv_transfer_tier": "scale-up" if inside else "scale-out"}
 
 
-def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1):
+def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1, pinned: tuple[int, int] = (0, 0)):
     """Best integer split per decode point (1-D arrays r_d, s_d, t_d over the points).
 
     Per prefill option the admissible rate c_p = μ·ρ_max follows from the TTFT budget left after
@@ -171,7 +176,9 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1):
     optimum D*, each with the most prefill workers P the rest holds without a worker straddling a
     scale-up domain of ``domain`` accelerators (``parallel.packed_second_pool``; ⌊(N − D·s_d)/s_p⌋
     for ``domain`` 1), served rate min(D·r_d, P·c_p). Returns (rate, P, D, option index). tests/test_parallel.py checks it
-    against exhaustive enumeration.
+    against exhaustive enumeration. ``pinned`` (P₀, D₀): worker counts a deployment fixes (0: free);
+    with D₀ the prefill workers are the most that fit beside it (exactly P₀ where both are pinned,
+    none where P₀ does not fit), with P₀ alone the decode workers are the most that fit beside it.
     """
     q = len(pool.size)
     shape = np.broadcast(r_d, t_d).shape
@@ -197,9 +204,20 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1):
     reach = np.ceil(np.max(sp_top, initial=1.0) / max(float(np.min(sd, initial=1.0)), 1.0)) + 2
     reach = int(min(reach + (np.ceil(n / domain) if domain > 1 else 0), -D_WINDOW[0]))
     window = D_WINDOW[D_WINDOW >= -reach]
-    dd = np.floor(d_star) + window
-    pp = (parallel.packed_second_pool(n, domain, dd, sd4, sp_top) if domain > 1
-          else np.floor((n - dd * sd4) / sp_top))
+    p0, d0 = (int(v) for v in pinned)
+    if p0 and not d0:  # the prefill pool placed first, the decode pool the most that fit beside it
+        window = np.zeros(1)
+        pp = np.broadcast_to(float(p0), np.broadcast(d_star, sd4).shape)
+        dd = (parallel.packed_second_pool(n, domain, pp, sp_top, sd4) if domain > 1
+              else np.floor((n - pp * sp_top) / sd4))
+    else:
+        if d0:
+            window = np.zeros(1)
+        dd = (np.zeros_like(d_star) + d0 if d0 else np.floor(d_star)) + window
+        pp = (parallel.packed_second_pool(n, domain, dd, sd4, sp_top) if domain > 1
+              else np.floor((n - dd * sd4) / sp_top))
+        if p0:  # both pinned: exactly P₀ prefill workers where they fit
+            pp = np.where(pp >= p0, float(p0), 0.0)
     good = (dd >= 1) & (pp >= 1) & (c_top > 0)
     value = np.where(good, np.minimum(dd * rd4, pp * c_top), 0.0)  # [L, B, k, W]
     flat = value.reshape(shape + (-1,))
@@ -252,7 +270,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     value, pw, dw = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     for k, (n, inside) in enumerate(tiers):
         pool = prefill_pool(plan, stats, n, slo.percentile, inside)
-        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), flat(limit), n, domain)
+        v, p_k, d_k, opt = _split(pool, flat(r_d), flat(s_d), flat(t_d), flat(limit), n, domain,
+                                  (plan.serving.prefill_workers, plan.serving.decode_workers))
         better = v > value[idx]
         for arr, new_vals in ((value, v), (pw, p_k), (dw, d_k), (choice.option, opt)):
             arr[idx] = np.where(better, new_vals, arr[idx])
@@ -275,4 +294,8 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
                         prefill_share=np.zeros_like(t_d), shape=decode)
     choice.prefill_workers, choice.decode_workers = pw, dw
     choice.decode_size = np.broadcast_to(s_d, value.shape)
+    # pinned worker counts (plan.serving) that cannot sit on the accelerators with this decode layout
+    sv = plan.serving
+    need = sv.decode_workers * s_d + sv.prefill_workers * max(sv.prefill_tp, 1)
+    choice.split_fits = np.broadcast_to(need <= accelerators, value.shape)
     return res, ok, system, choice

@@ -66,6 +66,12 @@ class Serving:
     """Share of the KV-cache transfer time not hidden behind prefill (disaggregation)."""
     prefill_chunk_tokens: float = 8192.0
     """Prompt tokens batched per prefill step on a dedicated prefill instance."""
+    prefill_workers: int = 0
+    """Prefill workers of a disaggregated deployment (0: as many as rate matching asks)."""
+    decode_workers: int = 0
+    """Decode workers of a disaggregated deployment (0: as many as rate matching asks)."""
+    prefill_tp: int = 0
+    """GPUs per prefill worker (0: the prefill pool's layout is searched)."""
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
             res, p_ok, disagg_system, pools["disagg"] = disagg_eval.evaluate(plan, scenario, accelerators, stats,
                                                                              layouts, batch, live=ok)
             slo = scenario.slo
+            ok, reason = require(ok, reason, pools["disagg"].split_fits, Reason.DIVISIBILITY)
             if slo.tpot_ms is not None:
                 ok, reason = require(ok, reason, res.tpot_p99 <= slo.tpot_ms * 1e-3, Reason.SLO_TPOT)
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
