@@ -38,6 +38,11 @@ def _decode_time(plan: Plan, layout: Layout, stats: WorkloadStats, batch):
     return shape, step_cost(plan, layout, shape).total + plan.engine.host_time(batch)
 
 
+def decode_tpot(plan: Plan, layout: Layout, stats: WorkloadStats, batch):
+    """Mean time per output token of a decode worker at occupancy ``batch``: t_d(B)/L."""
+    return _decode_time(plan, layout, stats, batch)[1] / plan.serving.tokens_per_step
+
+
 def decode_occupancy(plan: Plan, layout: Layout, stats: WorkloadStats, rate: float, b_max: float):
     """Occupancy of one decode worker serving ``rate`` requests/s: the smallest B ≤ ``b_max`` with
     B·L/(OSL·t_d(B)) = rate (linear between grid points, then the step priced there), or None when
@@ -135,4 +140,4 @@ def with_prefill_chunk(plan: Plan, tokens: float | None) -> Plan:
     return replace(plan, serving=replace(plan.serving, prefill_chunk_tokens=float(tokens)))
 
 
-__all__ = ["operating_point", "decode_occupancy", "deployment", "with_prefill_chunk", "BATCH_POINTS"]
+__all__ = ["operating_point", "decode_occupancy", "decode_tpot", "deployment", "with_prefill_chunk", "BATCH_POINTS"]
