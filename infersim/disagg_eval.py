@@ -297,5 +297,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     # pinned worker counts (plan.serving) that cannot sit on the accelerators with this decode layout
     sv = plan.serving
     need = sv.decode_workers * s_d + sv.prefill_workers * max(sv.prefill_tp, 1)
-    choice.split_fits = np.broadcast_to(need <= accelerators, value.shape)
+    # and a pinned prefill worker size that no prefill layout takes (heads, memory)
+    sized = not sv.prefill_tp or any(len(pool.size) for pool, _ in choice.pools)
+    choice.split_fits = np.broadcast_to((need <= accelerators) & sized, value.shape)
     return res, ok, system, choice

@@ -63,3 +63,9 @@ def test_pinned_pools_at_a_load():
                                                                               "decode_workers": 44}}, qps=3000.0)
     assert p.feasible and (p.config["prefill_workers"], p.config["decode_workers"]) == (28, 44)
     assert p.metrics["requests_per_s"] == 3000.0 and 0 < p.metrics["occupancy"]
+
+
+def test_a_prefill_size_no_layout_takes_is_a_layout_error():
+    """64 query heads do not split over 3 GPUs: no prefill worker of that size exists."""
+    with pytest.raises(InfeasibleError, match="divides the heads/experts/accelerators"):
+        api.predict(*ARGS, round="v6.0", enable=["disagg"], params={"disagg": {"prefill_tp": 3}}, raise_infeasible=True)
