@@ -8,7 +8,9 @@ where filled, else the accelerator / system name matched by ``accuracy.oppoints.
 benchmark name without its accuracy suffix (``llama2-70b-99.9`` → ``llama2-70b``).
 
 Per row: the capacity-best aggregated configuration of the row's round preset
-(``api.predict(..., disable=["disagg"])``, shared by rows with the same system) is run at
+(``api.predict(..., disable=["disagg"])``, shared by rows with the same system; for a run whose
+config says it ran disaggregated, the capacity-best disaggregated one, or with ``--run-engine`` the
+run's own pools, run by ``disagg_load.operating_point``) is run at
 ``scheduled_samples_per_s`` (``scheduler.operating_point``) with the scenario's output lengths
 scaled to the run's own mean, ``tokens_per_sample`` (``WorkloadStats.with_output_mean``: NVIDIA's llama2-70b
 runs generate 274 tokens per sample, AMD's 300, the scenario's reference 294). Errors: TPOT p50 and p99 as signed
@@ -160,7 +162,7 @@ def _disaggregated(out, plan, c, run, stats, scenario, qps, n, samples, meas, co
 
 def validate(path, run_settings: bool = False) -> dict[str, Any]:
     """Per-row results and the summary (medians over the rows that were predicted; also over the
-    runs that were not disaggregated, which the aggregated model is not like for like with).
+    runs that were not disaggregated, the ``*_aggregated_runs`` figures).
     ``run_settings``: predict each run matched in ``data/mlperf_engine_settings.csv`` with its own
     engine settings (``run_engine``) and layout (``run_layout``), else the round preset's engine on
     the search's capacity-best layout."""
