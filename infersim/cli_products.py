@@ -78,6 +78,7 @@ def sweep_cmd(
     optimizations: Optional[list[str]] = typer.Option(None, "--optimizations", help="A set of optimizations to enable, comma-separated ('none' for none); repeat for several cells."),
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Optimization turned off everywhere (repeatable)."),
     price: Optional[str] = typer.Option(None, "--price-per-hour", help="US$ per accelerator-hour values, comma-separated."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=V1,V2", help="Optimization parameter values as an axis (repeatable), e.g. mtp.depth=1,2,3 or disagg.decode_workers=36,40,44."),
     keep: Optional[str] = typer.Option(None, "--keep", help="Rows per cell: all (default), best or pareto."),
     out: Optional[Path] = typer.Option(None, "--out", help="Stream the rows to this .parquet or .csv file."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: CPU count)."),
@@ -98,6 +99,8 @@ def sweep_cmd(
              "optimizations": [[] if o.strip() == "none" else _list(o, str, "--optimizations") for o in optimizations]
              if optimizations else None, "disable": list(disable) if disable else None}
     data.update({k: v for k, v in flags.items() if v is not None})
+    if set_:
+        data["params"] = {**dict(data.get("params") or {}), **_param_axes(set_)}
     spec = validate_data(sweep.SweepSpec, data, file=str(spec_file) if spec_file else "command line")
     if workers is not None and not 1 <= workers <= 256:
         raise SpecError(f"--workers must be in [1, 256] (got {workers})")
@@ -118,6 +121,24 @@ def sweep_cmd(
     else:
         typer.echo(f"{d['cells']} cells, {d['points']:,} points evaluated, {d['rows']:,} rows kept in "
                    f"{d['seconds']:.2f} s ({d['points_per_s']:,.0f} points/s)" + (f" -> {d['out']}" if d["out"] else ""))
+
+
+def _param_axes(items: list[str]) -> dict[str, list]:
+    """'KIND.PARAM=V1,V2' flags → {"KIND.PARAM": [V1, V2]}: each value read as a YAML scalar (a
+    value in brackets is one list value); types and ranges are checked by the sweep spec."""
+    import yaml
+
+    out: dict[str, list] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or "." not in key or not text.strip():
+            raise SpecError(f"--set expects KIND.PARAM=V1,V2, e.g. mtp.depth=1,2,3 (got '{item[:80]}')")
+        parts = [text] if text.strip().startswith("[") else text.split(",")
+        try:
+            out[key.strip()] = [yaml.safe_load(p) for p in parts]
+        except yaml.YAMLError:
+            raise SpecError(f"--set {key}: cannot read the values '{text[:40]}'") from None
+    return out
 
 
 def plan_cmd(

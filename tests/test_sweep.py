@@ -152,3 +152,38 @@ def test_fit_only_evaluation_equals_the_full_grid_where_anything_fits():
         np.testing.assert_array_equal(np.broadcast_to(c.unfit.reason, f.ok.shape)[:, dropped],
                                       np.broadcast_to(f.reason, f.ok.shape)[:, dropped])
         assert f.best_index() == (None if c.best_index() is None else (c.best_index()[0], int(cols[c.best_index()[1]])))
+
+
+def test_optimization_parameters_as_an_axis(runner, tmp_path):
+    """``--set KIND.PARAM=V1,V2`` (or ``params:`` in a sweep file) makes one cell per value, labelled
+    in the ``params`` column; each cell's best equals ``run`` with that parameter."""
+    import csv
+
+    out = tmp_path / "pd.csv"
+    r = runner.invoke(app, ["sweep", "-H", "gb300-nvl72", "-s", "mlperf-llama2-70b-server", "-n", "72", "--round", "v6.0",
+                            "--optimizations", "disagg", "--set", "disagg.decode_workers=40,44", "--tp", "1",
+                            "--keep", "best", "--out", str(out), "--workers", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out.open()))
+    assert [x["params"] for x in rows] == ["disagg.decode_workers=40", "disagg.decode_workers=44"]
+    for x, d in zip(rows, (40, 44)):
+        alone = api.predict("gb300-nvl72", None, "mlperf-llama2-70b-server", 72, round="v6.0", enable=["disagg"], tp=1,
+                            params={"disagg": {"decode_workers": d}})
+        assert alone.config["decode_workers"] == d
+        assert float(x["tokens_per_s"]) == pytest.approx(alone.metrics["tokens_per_s"], rel=1e-9)
+    assert float(rows[1]["tokens_per_s"]) > float(rows[0]["tokens_per_s"])
+    # the same axis from a sweep file, crossed with a second parameter
+    spec = SweepSpec(hardware=["b200"], scenario=["mlperf-deepseek-r1-server"], accelerators=[8],
+                     optimizations=[["mtp"]], params={"mtp.depth": [1, 2], "disagg.kv_transfer_exposed": [0.3]})
+    cells = spec.cells()
+    assert [c.params_label() for c in cells] == ["mtp.depth=1;disagg.kv_transfer_exposed=0.3",
+                                                 "mtp.depth=2;disagg.kv_transfer_exposed=0.3"]
+    assert cells[1].param_overrides() == {"mtp": {"depth": 2}, "disagg": {"kv_transfer_exposed": 0.3}}
+
+
+@pytest.mark.parametrize("flag, says", [("mtp.depth=1,x", "valid integer"), ("foo.bar=1", "unknown optimization"),
+                                        ("disagg.decode_workers=-1", "greater than or equal to 0"),
+                                        ("mtpdepth=1", "KIND.PARAM"), ("disagg.nope=1", "no parameter 'nope'")])
+def test_a_bad_parameter_axis_is_exit_2(runner, flag, says):
+    r = runner.invoke(app, ["sweep", "-H", "b200", "-s", "mlperf-llama2-70b-server", "-n", "8", "--set", flag])
+    assert r.exit_code == 2 and says in r.output

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from .. import optimizations as opt
+from ..checks import check_param
+from ..errors import SpecError
 from ..specs._base import Spec, load_spec
 
 Keep = Literal["best", "pareto", "all"]
@@ -81,6 +84,10 @@ class SweepSpec(Spec):
     """Decode batch per instance: a list or a range (default: geometric 1-16384)."""
     keep: Keep = "all"
     """Rows written per cell: every point, the best meeting the limits, or the Pareto frontier."""
+    params: dict[str, list[Any]] = Field(default_factory=dict)
+    """Optimization parameters as axes, ``{"KIND.PARAM": [values]}`` (e.g. ``mtp.depth: [1, 2, 3]``,
+    ``disagg.decode_workers: [36, 40, 44]``): one cell per combination, each value checked against
+    the optimization's own parameter type and range."""
 
     @model_validator(mode="after")
     def _check(self):
@@ -100,6 +107,24 @@ class SweepSpec(Spec):
             raise ValueError("price_per_hour: values must be >= 0 US$")
         return self
 
+    @field_validator("params")
+    @classmethod
+    def _check_params(cls, params: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        out = {}
+        for key, values in params.items():
+            kind, dot, param = key.partition(".")
+            if not dot or not kind or not param:
+                raise ValueError(f"keys are KIND.PARAM, e.g. mtp.depth (got '{key[:80]}')")
+            if kind not in opt.REGISTRY:
+                raise ValueError(f"{key}: unknown optimization '{kind}' (known: {', '.join(sorted(opt.REGISTRY))})")
+            if not values:
+                raise ValueError(f"{key}: give at least one value")
+            try:
+                out[key] = [check_param(kind, param, v, key) for v in values]
+            except SpecError as exc:
+                raise ValueError(str(exc)) from None
+        return out
+
     def batch_values(self) -> tuple[float, ...] | None:
         if self.batch is None:
             return None
@@ -109,12 +134,14 @@ class SweepSpec(Spec):
         """Every combination of the categorical axes, in a fixed order."""
         layout = {k: (tuple(getattr(self, k)) if getattr(self, k) is not None else None) for k in ("tp", "pp", "ep", "dp")}
         batch = self.batch_values()
+        keys = list(self.params)
+        settings = [tuple(zip(keys, combo)) for combo in itertools.product(*(self.params[k] for k in keys))]
         out = []
-        for hw, md, sc, n, rnd, isl, osl, on, price in itertools.product(
+        for hw, md, sc, n, rnd, isl, osl, on, price, params in itertools.product(
                 self.hardware, self.model, self.scenario, self.accelerators, self.round, self.isl, self.osl,
-                self.optimizations, self.price_per_hour):
+                self.optimizations, self.price_per_hour, settings):
             out.append(Cell(hw, md, sc, n, rnd, isl, osl, tuple(on), tuple(self.disable), price, layout["tp"],
-                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep))
+                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep, params))
         return out
 
 
@@ -138,6 +165,20 @@ class Cell:
     dp: tuple[int, ...] | None
     batch: tuple[float, ...] | None
     keep: Keep
+    params: tuple[tuple[str, Any], ...] = ()
+    """(``KIND.PARAM``, value) pairs of the cell's optimization parameters."""
+
+    def param_overrides(self) -> dict[str, dict[str, Any]]:
+        """``params`` as ``Query.build``'s {kind: {param: value}}."""
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.params:
+            kind, _, param = key.partition(".")
+            out.setdefault(kind, {})[param] = value
+        return out
+
+    def params_label(self) -> str:
+        """The ``params`` column: 'kind.param=value' joined by ';' ('' without parameters)."""
+        return ";".join(f"{k}={v}" for k, v in self.params)
 
 
 def load_sweep(path) -> SweepSpec:
