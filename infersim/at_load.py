@@ -191,3 +191,89 @@ def validate(path, run_settings: bool = False) -> dict[str, Any]:
                                                and r["measured_completed_tokens_per_s"]]),
         "per_row": rows,
     }
+
+
+ROW_COLUMNS = ("version", "submitter", "system", "benchmark", "scenario", "hardware", "model", "qps",
+               "disaggregated_run", "run_engine", "run_layout", "meets_limits", "limit", "reason")
+"""Per-row columns of ``rows_csv`` before the measured / predicted latencies and the errors."""
+LATENCY_KEYS = ("tpot_p50_ms", "tpot_p99_ms", "ttft_p50_ms", "ttft_p99_ms")
+
+
+def rows_csv(result: dict[str, Any]) -> str:
+    """``validate``'s per-row results as CSV: identity, flags, measured and predicted latencies (ms),
+    the errors (TPOT %, TTFT p99 s); blank where a row was not predicted."""
+    import csv
+    import io
+
+    cols = [*ROW_COLUMNS, *(f"measured_{k}" for k in LATENCY_KEYS), *(f"predicted_{k}" for k in LATENCY_KEYS),
+            "tpot_p50_ape", "tpot_p99_ape", "ttft_p99_error_s"]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in result["per_row"]:
+        flat = {k: r.get(k, "") for k in ROW_COLUMNS}
+        for side in ("measured", "predicted"):
+            vals = r.get(side) or {}
+            flat.update({f"{side}_{k}": vals.get(k, "") for k in LATENCY_KEYS})
+        flat.update({k: r.get(k, "") for k in ("tpot_p50_ape", "tpot_p99_ape", "ttft_p99_error_s")})
+        w.writerow({k: ("" if v is None else v) for k, v in flat.items()})
+    return buf.getvalue()
+
+
+def plot(result: dict[str, Any], path) -> Any:
+    """Predicted against measured TPOT p50 (ms) and TTFT p99 (s) of every predicted row at its load,
+    log-log, one colour per model, disaggregated runs as open markers; y = x with ±10 % and ±25 %
+    bands. The file type follows the suffix (.png, .svg, .pdf); written atomically."""
+    import io
+
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from .accuracy.plot import _plot_target
+    from .report import write_atomic
+
+    path, kind = _plot_target(path)
+    done = [r for r in result["per_row"] if not r["reason"]]
+    fig = Figure(figsize=(11, 5.2), dpi=120)
+    FigureCanvasAgg(fig)
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10"]
+    models = sorted({r["model"] for r in done})
+    panels = (("tpot_p50_ms", 1.0, "TPOT p50, ms", f"median error {result['tpot_p50_median_ape'] or 0:.1f} %"),
+              ("ttft_p99_ms", 1e-3, "TTFT p99, s", f"median |error| {result['ttft_p99_median_abs_error_s'] or 0:.3f} s"))
+    for k, (key, scale, label, note) in enumerate(panels):
+        ax = fig.add_subplot(1, 2, k + 1)
+        pts = [(r["measured"][key] * scale, r["predicted"][key] * scale, r) for r in done]
+        vals = [v for m, p, _ in pts for v in (m, p) if v > 0]
+        lo, hi = (min(vals) / 1.5, max(vals) * 1.5) if vals else (1e-3, 1.0)
+        xs = np.geomspace(lo, hi, 64)
+        ax.fill_between(xs, xs / 1.25, xs * 1.25, color="0.9", lw=0, label="±25 %")
+        ax.fill_between(xs, xs / 1.10, xs * 1.10, color="0.78", lw=0, label="±10 %")
+        ax.plot(xs, xs, color="0.3", lw=1)
+        for gi, model in enumerate(models):
+            color = cmap(gi % 10)
+            for disagg in (False, True):
+                sel = [(m, p) for m, p, r in pts if r["model"] == model and bool(r.get("disaggregated_run")) == disagg
+                       and m > 0 and p > 0]
+                if sel:
+                    ax.scatter([m for m, _ in sel], [p for _, p in sel], s=22 if disagg else 16,
+                               facecolors="none" if disagg else color, edgecolors=color, linewidths=0.9,
+                               label=None if disagg else model)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"measured {label}")
+        ax.set_ylabel(f"predicted {label}")
+        ax.set_title(f"{label} at the measured load: {note}", fontsize=9)
+        ax.grid(True, which="both", lw=0.3, alpha=0.5)
+        if k == 0:
+            ax.legend(loc="upper left", fontsize=7, title="model (open: disaggregated)", title_fontsize=7)
+    fig.suptitle(f"infersim vs MLPerf operating points: {result['predicted_rows']} of {result['rows']} rows "
+                 f"predicted at their load", fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format=kind)
+    return write_atomic(path, buf.getvalue())

@@ -411,7 +411,7 @@ def validate_cmd(
     data: Optional[Path] = typer.Option(None, "--data", help="CSV of published results (default: the bundled MLPerf rows)."),
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the report to this file instead of stdout."),
-    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this .png, .svg or .pdf file."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw predicted vs published (log-log) to this .png, .svg or .pdf file (with --at-load: TPOT p50 and TTFT p99 against the measured)."),
     at_load: bool = typer.Option(False, "--at-load", help="Predict Server/Interactive rows at their measured load (operating-points CSV columns) and report latency errors."),
     run_engine: bool = typer.Option(False, "--run-engine", help="With --at-load: predict each run matched in data/mlperf_engine_settings.csv with its own engine settings (batch cap, token budget, chunking, ADP gate, graph sizes, stream interval) and its own TP/PP/EP/attention-DP layout instead of the round preset's engine and the search's layout."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
@@ -432,12 +432,16 @@ def validate_cmd(
         result = al.validate(data or al.bundled_data(), run_settings=run_engine)
         if fmt == TableJsonCsv.json:
             text = json.dumps(result, indent=2, default=float)
+        elif fmt == TableJsonCsv.csv:  # one line per row
+            text = al.rows_csv(result).rstrip("\n")
         else:
             text = "\n".join(f"{k}: {v}" for k, v in result.items() if k != "per_row")
         if out is not None:
             accuracy.write_text(out, text + "\n")
         else:
             typer.echo(text)
+        if plot is not None:
+            al.plot(result, plot)
         return
 
     if data is not None and workloads.is_metric_csv(data):  # rows in samples/s or latency (non-LLM, Qwen3-VL)

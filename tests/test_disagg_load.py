@@ -153,3 +153,24 @@ def test_validate_at_load_prices_disaggregated_runs_on_pools(tmp_path):
     row = d["per_row"][0]
     assert row["run_layout"] and (row["config"]["decode_workers"], row["config"]["prefill_workers"]) == (44, 28)
     assert row["reason"] == "" and row["tpot_p50_ape"] >= 0
+
+
+def test_validate_at_load_writes_rows_as_csv_and_a_plot(tmp_path):
+    """``validate --at-load --format csv`` is one line per row (measured and predicted latencies,
+    errors, or the reason), and ``--plot`` draws predicted against measured (it was ignored before)."""
+    import csv
+
+    from test_scheduler import _bundled_op_subset, _cli
+
+    f = _bundled_op_subset(tmp_path, lambda r: r["version"] == "v6.0" and r["benchmark"] == "llama2-70b-99"
+                           and r["system"].startswith(("GB300", "B300")), 6)
+    png, out = tmp_path / "at_load.png", tmp_path / "rows.csv"
+    code, text = _cli(["validate", "--at-load", "--data", str(f), "--format", "csv", "--out", str(out),
+                       "--plot", str(png)])
+    assert code == 0, text
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == len(list(csv.DictReader(f.open()))) >= 4 and {"measured_tpot_p50_ms", "predicted_tpot_p50_ms", "ttft_p99_error_s"} <= set(rows[0])
+    done = [r for r in rows if not r["reason"]]
+    assert done and all(float(r["predicted_tpot_p50_ms"]) > 0 for r in done)
+    assert all(r["predicted_tpot_p50_ms"] == "" for r in rows if r["reason"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
