@@ -62,9 +62,11 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
         pools = [("layout per instance", lay(c)), ("instances", f"{c['replicas']} × {size} accelerators")]
     if idle:
         pools.append(("idle accelerators", f"{idle} (no layout uses them profitably)"))
+    at_load = c.get("qps") is not None and d.get("occupancy") is not None
     conf = [
         *pools,
-        ("batch (sequences per instance)", f"{_num(c['batch'], 0)} (memory allows {_num(c['max_batch'], 0)})"),
+        ("batch (sequences per instance)" + (" at capacity" if at_load else ""),
+         f"{_num(c['batch'], 0)} (memory allows {_num(c['max_batch'], 0)})"),
         ("formats", f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"),
         ("optimizations", ", ".join(c["optimizations"]) or "none"),
     ]
@@ -76,7 +78,8 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
         conf.append((f"not used: {kind}", why))
     b = d["breakdown"]
     step = b["step_s"]
-    bt = Table(title=f"decode step {step * 1e3:.2f} ms — bound: {b['bound']}", title_justify="left")
+    where = " at capacity" if at_load else ""
+    bt = Table(title=f"decode step{where} {step * 1e3:.2f} ms — bound: {b['bound']}", title_justify="left")
     for col in ("part", "ms", "share"):
         bt.add_column(col, justify="left" if col == "part" else "right")
     for k, v in b["by_kind_s"].items():
@@ -88,7 +91,20 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
     if b.get("host_s"):  # outside the step: the share is of the whole iteration
         bt.add_row("+ host, Python executor's responses (per iteration)", f"{b['host_s'] * 1e3:.3f}",
                    f"{b['host_s'] / (step + b['host_s']):.1%} of step + host")
-    return [kv_table("prediction", head), kv_table("configuration", conf), bt]
+    tables = [kv_table("prediction", head)]
+    if at_load:  # the same configuration at the offered load: what the headline figures are
+        n_inst = c.get("decode_workers") or c.get("replicas") or 1
+        load = [
+            ("offered load", f"{_num(c['qps'], 2)} requests/s"),
+            ("occupancy (system / per instance)", f"{_num(d['occupancy'], 0)} / {_num(d['occupancy'] / n_inst, 1)} sequences"),
+            ("iteration (mean / decode-only)", f"{_num(d['iteration_s'] * 1e3, 2)} / {_num(d['decode_iteration_s'] * 1e3, 2)} ms"),
+            ("TTFT p50 / TPOT p50", f"{_num(d['ttft_p50_s'] * 1e3, 1)} / {_num(d['tpot_p50_s'] * 1e3, 2)} ms"),
+            ("capacity (tokens/s, system)", f"{_num(d['capacity_tokens_per_s'], 0)}"
+             f" ({d['tokens_per_s'] / d['capacity_tokens_per_s']:.0%} used)" if d.get("capacity_tokens_per_s") else "–"),
+            ("completed tokens/s (LoadGen)", _num(d.get("completed_tokens_per_s"), 0)),
+        ]
+        tables.append(kv_table("at this load", load))
+    return [*tables, kv_table("configuration", conf), bt]
 
 
 def explain_table(rows: list[dict[str, Any]]) -> Table:

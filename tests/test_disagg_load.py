@@ -174,3 +174,19 @@ def test_validate_at_load_writes_rows_as_csv_and_a_plot(tmp_path):
     assert done and all(float(r["predicted_tpot_p50_ms"]) > 0 for r in done)
     assert all(r["predicted_tpot_p50_ms"] == "" for r in rows if r["reason"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_run_qps_table_shows_the_load_beside_the_capacity_point():
+    """At ``--qps`` the table's headline is the load's; an "at this load" table gives the occupancy,
+    iteration time and share of capacity, and the batch and step rows say they are the capacity's."""
+    from typer.testing import CliRunner
+
+    from infersim.cli import app
+
+    r = CliRunner().invoke(app, ["run", "-H", "b200", "-s", "mlperf-llama2-70b-server", "-n", "8", "--round", "v6.0",
+                                 "--qps", "100"])
+    assert r.exit_code == 0, r.output
+    assert "at this load" in r.output and "occupancy (system / per instance)" in r.output
+    assert "batch (sequences per instance) at capacity" in r.output and "decode step at capacity" in r.output
+    plain = CliRunner().invoke(app, ["run", "-H", "b200", "-s", "mlperf-llama2-70b-server", "-n", "8", "--round", "v6.0"])
+    assert plain.exit_code == 0 and "at this load" not in plain.output and "at capacity" not in plain.output
