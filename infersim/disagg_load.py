@@ -18,8 +18,6 @@ search's figures (tests/test_disagg_load.py):
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from .disagg_eval import _waits, prefill_options
@@ -132,12 +130,4 @@ def deployment(config: dict) -> tuple[Layout, int, Layout, int]:
     return dec, int(config["decode_workers"]), pre, int(config["prefill_workers"])
 
 
-def with_prefill_chunk(plan: Plan, tokens: float | None) -> Plan:
-    """``plan`` whose prefill workers batch ``tokens`` prompt tokens per step (a run's prefill
-    ``max_num_tokens``); unchanged for None."""
-    if tokens is None:
-        return plan
-    return replace(plan, serving=replace(plan.serving, prefill_chunk_tokens=float(tokens)))
-
-
-__all__ = ["operating_point", "decode_occupancy", "decode_tpot", "deployment", "with_prefill_chunk", "BATCH_POINTS"]
+__all__ = ["operating_point", "decode_occupancy", "decode_tpot", "deployment", "BATCH_POINTS"]
