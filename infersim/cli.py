@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import re
 from enum import Enum
@@ -562,7 +563,7 @@ def plan_cmd(**kwargs) -> None:
             table_rows.append((r["hardware"], r["accelerators"], r["scale_up_domains"],
                                f"tp{lay['tp']} pp{lay['pp']} ep{lay['ep']} dp{lay['dp']} ×{lay['replicas']}",
                                r["capacity_tokens_per_s"], 100 * r["headroom"],
-                               *(1e3 * (r.get("at_target") or r)[k] for k in ("ttft_s", "tpot_s")),
+                               *(1e3 * _at_target_or_capacity(r, k) for k in ("ttft_s", "tpot_s")),
                                r["usd_per_hour"], r["usd_per_month"], r["usd_per_million_tokens"],
                                r["usd_per_million_blended_tokens"]))
         _console().print(_table("capacity plan (cheapest first)", cols, table_rows))
@@ -571,6 +572,12 @@ def plan_cmd(**kwargs) -> None:
     if not any(r["feasible"] for r in rows):
         raise InfeasibleError("no candidate meets the target within the limits: "
                               + "; ".join(f"{r['hardware']}: {r['reason']}" for r in rows))
+
+
+def _at_target_or_capacity(row: dict, key: str) -> float:
+    """A plan row's latency at its target load where that prediction gave one, else at capacity."""
+    value = (row.get("at_target") or {}).get(key)
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else row[key]
 
 
 def _flat(row: dict) -> dict:

@@ -187,3 +187,12 @@ def test_optimization_parameters_as_an_axis(runner, tmp_path):
 def test_a_bad_parameter_axis_is_exit_2(runner, flag, says):
     r = runner.invoke(app, ["sweep", "-H", "b200", "-s", "mlperf-llama2-70b-server", "-n", "8", "--set", flag])
     assert r.exit_code == 2 and says in r.output
+
+
+def test_plan_table_falls_back_to_capacity_latencies_without_an_at_target_figure():
+    from infersim.cli import _at_target_or_capacity
+
+    row = {"ttft_s": 0.5, "tpot_s": 0.05, "at_target": {"ttft_s": 0.2, "tpot_s": None}}
+    assert _at_target_or_capacity(row, "ttft_s") == 0.2 and _at_target_or_capacity(row, "tpot_s") == 0.05
+    assert _at_target_or_capacity({"ttft_s": 0.5}, "ttft_s") == 0.5
+    assert _at_target_or_capacity({"ttft_s": 0.5, "at_target": {"ttft_s": float("nan")}}, "ttft_s") == 0.5
