@@ -227,6 +227,25 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1, pin
     return pick(value), pick(pp), pick(dd), opt
 
 
+def decode_step(plan: Plan, layout, stats: WorkloadStats, batch):
+    """(shape, StepCost, seconds per iteration) of a decode worker's decode-only step at occupancy
+    ``batch``: the step plus a Python executor's responses (``Engine.host_time``), as aggregated."""
+    decode = Shape(decode_seqs=batch, decode_q=1.0 + plan.serving.draft_depth, decode_ctx=stats.context_mean)
+    cost = step_cost(plan, layout, decode)
+    return decode, cost, cost.total + plan.engine.host_time(batch)
+
+
+def tpot_quantile(plan: Plan, layout, stats: WorkloadStats, decode: Shape, batch, t_d, q: float):
+    """A decode worker's q-quantile of per-request TPOT: the mean t_d/L, with the acceptance spread
+    (``serving.tpot_spread``, MTP) and the decode count's drift over a request's window
+    (``serving.decode_drift``) in quadrature; a decode worker has no prompt stalls, so no fast noise."""
+    L = plan.serving.tokens_per_step
+    tail = tpot_spread(plan, q)
+    slope = decode_slope(plan, layout, decode, batch, t_d, plan.engine.host_time)
+    a_s, z_s, _ = decode_drift(slope, batch, t_d, L, stats, q)
+    return t_d / L + np.sqrt((t_d / L * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2)
+
+
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layouts: dict, batch, live=None):
     """System output tokens/s of a disaggregated deployment over the decode [layout, batch] grid.
 
@@ -237,10 +256,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     """
     lay = parallel.layout_axis(layouts)
     L = plan.serving.tokens_per_step
-    dq = 1.0 + plan.serving.draft_depth
-    decode = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean)
-    cost = step_cost(plan, lay, decode)
-    t_d = cost.total + plan.engine.host_time(batch)  # a Python executor's responses, as aggregated
+    decode, cost, t_d = decode_step(plan, lay, stats, batch)
     r_d = batch * L / (stats.osl_mean * t_d)
     s_d = lay.tp * lay.pp
     slo = scenario.slo
@@ -256,12 +272,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
         tiers.append((domain, True))
     shape = np.broadcast(r_d, t_d).shape
     live = np.ones(shape, dtype=bool) if live is None else np.broadcast_to(live, shape).copy()
-    tail = tpot_spread(plan, slo.percentile / 100.0)  # per-request TPOT quantile over the mean (MTP)
-    # the decode count's drift over a request's window (serving.decode_drift), in quadrature with
-    # the acceptance spread: a decode worker has no prompt stalls, so no fast noise
-    slope = decode_slope(plan, lay, decode, batch, t_d, plan.engine.host_time)
-    a_s, z_s, _ = decode_drift(slope, batch, t_d, L, stats, slo.percentile / 100.0)
-    tpot_q = t_d / L + np.sqrt((t_d / L * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2)
+    tpot_q = tpot_quantile(plan, lay, stats, decode, batch, t_d, slo.percentile / 100.0)
     if slo.tpot_ms is not None:
         live &= tpot_q <= slo.tpot_ms * 1e-3
     idx = np.nonzero(live)
