@@ -220,11 +220,10 @@ def plot(result: dict[str, Any], path) -> Any:
     bands. The file type follows the suffix (.png, .svg, .pdf); written atomically."""
     import io
 
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .accuracy.plot import _plot_target
+    from .accuracy.plot import _plot_target, identity_bands
     from .report import write_atomic
 
     path, kind = _plot_target(path)
@@ -242,10 +241,7 @@ def plot(result: dict[str, Any], path) -> Any:
         pts = [(r["measured"][key] * scale, r["predicted"][key] * scale, r) for r in done]
         vals = [v for m, p, _ in pts for v in (m, p) if v > 0]
         lo, hi = (min(vals) / 1.5, max(vals) * 1.5) if vals else (1e-3, 1.0)
-        xs = np.geomspace(lo, hi, 64)
-        ax.fill_between(xs, xs / 1.25, xs * 1.25, color="0.9", lw=0, label="±25 %")
-        ax.fill_between(xs, xs / 1.10, xs * 1.10, color="0.78", lw=0, label="±10 %")
-        ax.plot(xs, xs, color="0.3", lw=1)
+        identity_bands(ax, lo, hi)
         for gi, model in enumerate(models):
             color = cmap(gi % 10)
             for disagg in (False, True):
