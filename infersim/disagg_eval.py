@@ -81,8 +81,8 @@ class PrefillPool:
     t_fixed_p: np.ndarray
     """TTFT part besides queueing at the tail: tail prompt's prefill + exposed KV transfer."""
     kv: np.ndarray
-    wait_p: np.ndarray
-    """p-quantile wait on RHO_GRID, [options, rho]."""
+    wait_p: np.ndarray | None = None
+    """p-quantile wait on RHO_GRID, [options, rho] (``prefill_pool``'s options only: the search's)."""
 
 
 def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
@@ -92,7 +92,7 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     if plan.serving.prefill_tp:  # a pinned prefill worker size
         keep = (layouts["tp"] * layouts["pp"]) == plan.serving.prefill_tp
         layouts = {k: v[keep] for k, v in layouts.items()}
-    pool, ok = prefill_options(plan, stats, layouts, accelerators, percentile, inside)
+    pool, ok = prefill_options(plan, stats, layouts, accelerators, inside)
     size, mu, t_fixed = pool.size, pool.mu, pool.t_fixed_p
     keep = []
     for i in np.flatnonzero(ok):  # candidate layouts (not grid points): Pareto per worker size
@@ -101,14 +101,15 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
         if not np.any(beaten):
             keep.append(i)
     k = np.array(keep, dtype=int)
+    _, wait_p = _waits(RHO_GRID[None, :], pool.s_mean[k, None], pool.s_sq[k, None], percentile, stats.arrival_scv)
     return PrefillPool({name: v[k] for name, v in pool.layouts.items()}, size[k], mu[k], pool.s_mean[k],
-                       pool.s_sq[k], pool.t_alone[k], t_fixed[k], pool.kv[k], pool.wait_p[k])
+                       pool.s_sq[k], pool.t_alone[k], t_fixed[k], pool.kv[k], np.maximum.accumulate(wait_p, axis=1))
 
 
 def prefill_options(plan: Plan, stats: WorkloadStats, layouts: dict[str, np.ndarray], accelerators: int,
-                    percentile: float, inside: bool) -> tuple[PrefillPool, np.ndarray]:
-    """(A prefill worker per layout in ``layouts`` (1-D arrays tp, pp, ep, dp), the mask of those that
-    fit: divisibility, memory for a chunk's KV, a finite positive rate)."""
+                    inside: bool) -> tuple[PrefillPool, np.ndarray]:
+    """(A prefill worker per layout in ``layouts`` (1-D arrays tp, pp, ep, dp), without the wait table,
+    the mask of those that fit: divisibility, memory for a chunk's KV, a finite positive rate)."""
     lay = parallel.layout_axis(layouts)
     size = (lay.tp * lay.pp)[:, 0]
     plen, plen_sq = _prefill(stats, prefix_hit(plan, accelerators / size))
@@ -128,10 +129,7 @@ def prefill_options(plan: Plan, stats: WorkloadStats, layouts: dict[str, np.ndar
     t_fixed = t_alone * isl_tail + kv
     ok = parallel.layout_feasibility(plan.model, lay, accelerators, parallel.redundant_slots(plan))[0][:, 0]
     ok &= (parallel.kv_budget_per_device(plan, lay, chunk)[:, 0] > 0) & np.isfinite(mu) & (mu > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        _, wait_p = _waits(RHO_GRID[None, :], s_mean[:, None], s_sq[:, None], percentile, stats.arrival_scv)
-    return PrefillPool(dict(layouts), size, mu, s_mean, s_sq, t_alone, t_fixed, kv,
-                       np.maximum.accumulate(wait_p, axis=1)), ok
+    return PrefillPool(dict(layouts), size, mu, s_mean, s_sq, t_alone, t_fixed, kv), ok
 
 
 class DisaggChoice:

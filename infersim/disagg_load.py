@@ -73,7 +73,7 @@ def operating_point(plan: Plan, decode_layout: Layout, decode_workers: int, pref
     m = {"requests_per_s": qps, "tokens_per_s": qps * stats.osl_mean, "gate_iters": 0.0, "prefill_share": 0.0}
     b = decode_occupancy(plan, decode_layout, stats, qps / decode_workers, limit)
     lay1 = {k: np.array([int(np.asarray(getattr(prefill_layout, k)))]) for k in ("tp", "pp", "ep", "dp")}
-    pool, fits = prefill_options(plan, stats, lay1, accelerators, slo.percentile, inside)
+    pool, fits = prefill_options(plan, stats, lay1, accelerators, inside)
     rho = qps / (prefill_workers * float(pool.mu[0])) if bool(fits[0]) else float("inf")
     m["prefill_utilization"] = rho
     why = ""
