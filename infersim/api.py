@@ -291,8 +291,8 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         raise SpecError(f"--samples must be in [1, 1e12] queries and needs --qps (got {samples})")
     if not isinstance(query, Query):
         query = Query.build(query, *args, **kwargs)
-    if qps is not None and (query.inputs.scenario.kind == "offline" or not 0 < qps <= 1e9):
-        raise SpecError(f"--qps must be in (0, 1e9] requests/s and needs a server or interactive scenario (got {qps})")
+    if qps is not None:
+        _check_qps(query.inputs.scenario, qps)
     sel = selection(query)
     base = base_plan(query.inputs, query.software, query.layout, query.accelerators)
     stats = WorkloadStats.from_workload(query.inputs.scenario.workload, query.inputs.model)
@@ -319,7 +319,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     config = res.config_at(i, j)
     config["round"] = query.software.round
     if qps is not None:
-        return _at_qps(query, res, (i, j), config, stats, qps, results, sel.skipped, samples)
+        return _at_qps(query.inputs, n, res, (i, j), config, stats, qps, results, sel.skipped, samples)
     return Prediction(query.inputs, n, True, "", res.metrics_at(i, j), config, res.breakdown_at(i, j),
                       result=res, index=(i, j), results=results, skipped=sel.skipped)
 
@@ -330,31 +330,45 @@ AT_LOAD_KEYS = ("requests_per_s", "occupancy", "occupancy_per_rank", "iteration_
 """Extra JSON keys of a prediction at a given load (``--qps``)."""
 
 
-def _at_qps(query: Query, res: Result, ij, config, stats, qps, results, skipped, samples=None) -> Prediction:
+def _check_qps(scenario, qps: float) -> None:
+    if scenario.kind == "offline" or not 0 < qps <= 1e9:
+        raise SpecError(f"--qps must be in (0, 1e9] requests/s and needs a server or interactive scenario (got {qps})")
+
+
+def at_load(pred: Prediction, qps: float, samples: float | None = None) -> Prediction:
+    """A feasible capacity prediction's configuration run at ``qps`` requests/s: what ``predict(...,
+    qps=)`` returns for the same query, without searching again."""
+    if not pred.feasible or pred.result is None or pred.index is None:
+        raise SpecError(f"no configuration to run at a load: {pred.reason}")
+    _check_qps(pred.inputs.scenario, qps)
+    return _at_qps(pred.inputs, pred.accelerators, pred.result, pred.index, dict(pred.config), pred.result.stats, qps,
+                   pred.results, pred.skipped, samples)
+
+
+def _at_qps(inputs: Inputs, n: int, res: Result, ij, config, stats, qps, results, skipped, samples=None) -> Prediction:
     """The capacity-best point's configuration run at ``qps`` (scheduler.operating_point; a
     disaggregated point's prefill and decode pools by disagg_load.operating_point)."""
     from .graph import Layout
     from .scheduler import operating_point
 
-    n = query.accelerators
     metrics = res.metrics_at(*ij)
     if config.get("disaggregated"):  # the capacity's own pools at this load
         from . import disagg_load
 
         dec, d, pre, p = disagg_load.deployment(config)
-        ok, why, at = disagg_load.operating_point(res.plan, dec, d, pre, p, stats, query.inputs.scenario, qps,
+        ok, why, at = disagg_load.operating_point(res.plan, dec, d, pre, p, stats, inputs.scenario, qps,
                                                   config["max_batch"], n, samples,
                                                   inside=config["kv_transfer_tier"] == "scale-up")
     else:
         lay = Layout(**{k: config[k] for k in ("tp", "pp", "ep", "dp")})
-        ok, why, at = operating_point(res.plan, lay, config["replicas"], stats, query.inputs.scenario, qps,
+        ok, why, at = operating_point(res.plan, lay, config["replicas"], stats, inputs.scenario, qps,
                                       config["max_batch"], n / (config["tp"] * config["pp"]), samples)
     metrics.update(at, tokens_per_s_per_accelerator=at["tokens_per_s"] / n, capacity_tokens_per_s=metrics["tokens_per_s"],
                    completed_tokens_per_s_per_accelerator=at["completed_tokens_per_s"] / n,
                    tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)
     config["qps"] = qps
     msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {_EXPLAIN.get(why, why)}"
-    return Prediction(query.inputs, n, ok, msg, metrics, config, res.breakdown_at(*ij), result=res, index=ij,
+    return Prediction(inputs, n, ok, msg, metrics, config, res.breakdown_at(*ij), result=res, index=ij,
                       results=results, skipped=skipped)
 
 
@@ -399,5 +413,5 @@ def explain(pred: Prediction) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["predict", "evaluate", "explain", "load_inputs", "Prediction", "Inputs", "Query", "Reason",
+__all__ = ["predict", "at_load", "evaluate", "explain", "load_inputs", "Prediction", "Inputs", "Query", "Reason",
            "default_accelerators", "SpecError"]

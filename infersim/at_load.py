@@ -109,19 +109,20 @@ def predict_row(cols: dict[str, str], systems: _Systems, settings: dict | None =
             cfg.update(own)
     ok, why, m = operating_point(plan, Layout(tp=cfg["tp"], pp=cfg["pp"], ep=cfg["ep"], dp=cfg["dp"]), cfg["replicas"],
                                  stats, pred.inputs.scenario, qps, cfg["max_batch"], n / (cfg["tp"] * cfg["pp"]), samples)
-    steady = m["tokens_per_s"]
-    out.update(config={k: v for k, v in cfg.items() if k != "max_batch"}, meets_limits=ok, limit=why,
+    return _record(out, {k: v for k, v in cfg.items() if k != "max_batch"}, ok, why, m, samples, meas, cols)
+
+
+def _record(out: dict[str, Any], config: dict, ok: bool, why: str, m: dict, samples, meas: dict, cols: dict,
+            **extra) -> dict[str, Any]:
+    """The row's prediction at its load (``m``: an ``operating_point``'s metrics) and its errors against
+    the measured latencies, or the saturated reason; ``extra`` keys go beside the prediction."""
+    out.update(config=config, meets_limits=ok, limit=why,
                predicted={"tpot_p50_ms": 1e3 * m["tpot_p50_s"], "ttft_p50_ms": 1e3 * m["ttft_p50_s"],
                           "ttft_p99_ms": 1e3 * m["ttft_s"], "tpot_p99_ms": 1e3 * m["tpot_s"],
                           "occupancy_per_rank": m["occupancy_per_rank"], "iteration_ms": 1e3 * m["iteration_s"]},
-               steady_tokens_per_s=steady,
+               **extra, steady_tokens_per_s=m["tokens_per_s"],
                completed_tokens_per_s=m["completed_tokens_per_s"] if samples else None,
                measured_completed_tokens_per_s=_num(cols.get("completed_tokens_per_s")))
-    return _errors(out, meas)
-
-
-def _errors(out: dict[str, Any], meas: dict) -> dict[str, Any]:
-    """The row's errors from its ``predicted`` latencies (or the saturated reason)."""
     p = out["predicted"]
     if not all(math.isfinite(v) for v in p.values()):
         out["reason"] = f"saturated at the measured load: {out['limit']}"
@@ -148,16 +149,9 @@ def _disaggregated(out, plan, c, run, stats, scenario, qps, n, samples, meas, co
         (dec, d, pre, p), b_max = disagg_load.deployment(c), c["max_batch"]
     ok, why, m = disagg_load.operating_point(plan, dec, d, pre, p, stats, scenario, qps, b_max, n, samples)
     lay = lambda x: {k: int(getattr(x, k)) for k in ("tp", "pp", "ep", "dp")}  # noqa: E731
-    out.update(config={**lay(dec), "decode_workers": d, "prefill_workers": p, "prefill_layout": lay(pre),
-                       "mtp_depth": c.get("mtp_depth", 0)},
-               meets_limits=ok, limit=why,
-               predicted={"tpot_p50_ms": 1e3 * m["tpot_p50_s"], "ttft_p50_ms": 1e3 * m["ttft_p50_s"],
-                          "ttft_p99_ms": 1e3 * m["ttft_s"], "tpot_p99_ms": 1e3 * m["tpot_s"],
-                          "occupancy_per_rank": m["occupancy_per_rank"], "iteration_ms": 1e3 * m["iteration_s"]},
-               prefill_utilization=m["prefill_utilization"], steady_tokens_per_s=m["tokens_per_s"],
-               completed_tokens_per_s=m["completed_tokens_per_s"] if samples else None,
-               measured_completed_tokens_per_s=_num(cols.get("completed_tokens_per_s")))
-    return _errors(out, meas)
+    config = {**lay(dec), "decode_workers": d, "prefill_workers": p, "prefill_layout": lay(pre),
+              "mtp_depth": c.get("mtp_depth", 0)}
+    return _record(out, config, ok, why, m, samples, meas, cols, prefill_utilization=m["prefill_utilization"])
 
 
 def validate(path, run_settings: bool = False) -> dict[str, Any]:
@@ -226,11 +220,10 @@ def plot(result: dict[str, Any], path) -> Any:
     bands. The file type follows the suffix (.png, .svg, .pdf); written atomically."""
     import io
 
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from .accuracy.plot import _plot_target
+    from .accuracy.plot import _plot_target, identity_bands
     from .report import write_atomic
 
     path, kind = _plot_target(path)
@@ -248,10 +241,7 @@ def plot(result: dict[str, Any], path) -> Any:
         pts = [(r["measured"][key] * scale, r["predicted"][key] * scale, r) for r in done]
         vals = [v for m, p, _ in pts for v in (m, p) if v > 0]
         lo, hi = (min(vals) / 1.5, max(vals) * 1.5) if vals else (1e-3, 1.0)
-        xs = np.geomspace(lo, hi, 64)
-        ax.fill_between(xs, xs / 1.25, xs * 1.25, color="0.9", lw=0, label="±25 %")
-        ax.fill_between(xs, xs / 1.10, xs * 1.10, color="0.78", lw=0, label="±10 %")
-        ax.plot(xs, xs, color="0.3", lw=1)
+        identity_bands(ax, lo, hi)
         for gi, model in enumerate(models):
             color = cmap(gi % 10)
             for disagg in (False, True):

@@ -1,6 +1,6 @@
 """Capacity planning: the fewest accelerators of each candidate hardware that serve a target load
 within the scenario's latency limits, with the layout, headroom and cost, and (Server /
-Interactive traffic) the latencies at the target load itself (``api.predict(..., qps=)``).
+Interactive traffic) the latencies at the target load itself (``api.at_load``).
 
 For each candidate the search predicts the whole system at a given accelerator count (layout,
 batch and optimizations searched, limits applied) and bisects on the count: the answer is the
@@ -36,8 +36,8 @@ class Candidate:
     price_per_hour: float = 0.0
     domain_size: int = 1
     at_target: api.Prediction | None = None
-    """The chosen fleet's capacity-best configuration run at the target load (``api.predict(...,
-    qps=)``): the latencies it serves the target with, below those at its capacity (None Offline)."""
+    """The chosen fleet's capacity-best configuration run at the target load (``api.at_load``): the
+    latencies it serves the target with, below those at its capacity (None Offline)."""
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"hardware": self.hardware, "feasible": self.feasible, "reason": self.reason,
@@ -118,11 +118,9 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
         else:
             lo = mid
     at = None
-    if inputs.scenario.kind != "offline":  # the fleet at the load it is sized for
-        from .serving import WorkloadStats
-
-        rate = target_tokens_per_s / WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean
-        at = api.predict(query_at(hi), qps=rate)
+    if inputs.scenario.kind != "offline":  # the fleet's own configuration at the load it is sized for
+        best = cache[hi]
+        at = api.at_load(best, target_tokens_per_s / best.result.stats.osl_mean)
     return Candidate(inputs.hardware_id, True, "", hi, cache[hi], target_tokens_per_s, price, domain, at)
 
 

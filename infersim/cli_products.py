@@ -124,20 +124,18 @@ def sweep_cmd(
 
 
 def _param_axes(items: list[str]) -> dict[str, list]:
-    """'KIND.PARAM=V1,V2' flags → {"KIND.PARAM": [V1, V2]}: each value read as a YAML scalar (a
-    value in brackets is one list value); types and ranges are checked by the sweep spec."""
-    import yaml
+    """'KIND.PARAM=V1,V2' flags → {"KIND.PARAM": [V1, V2]}, each value read and checked as ``run
+    --set`` reads it (``checks.parse_param_overrides``; a value in brackets is one list value)."""
+    from .checks import parse_param_overrides
 
     out: dict[str, list] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or "." not in key or not text.strip():
             raise SpecError(f"--set expects KIND.PARAM=V1,V2, e.g. mtp.depth=1,2,3 (got '{item[:80]}')")
+        kind, _, param = key.strip().partition(".")
         parts = [text] if text.strip().startswith("[") else text.split(",")
-        try:
-            out[key.strip()] = [yaml.safe_load(p) for p in parts]
-        except yaml.YAMLError:
-            raise SpecError(f"--set {key}: cannot read the values '{text[:40]}'") from None
+        out[key.strip()] = [parse_param_overrides([f"{key.strip()}={p}"])[kind][param] for p in parts]
     return out
 
 

@@ -81,8 +81,8 @@ class PrefillPool:
     t_fixed_p: np.ndarray
     """TTFT part besides queueing at the tail: tail prompt's prefill + exposed KV transfer."""
     kv: np.ndarray
-    wait_p: np.ndarray
-    """p-quantile wait on RHO_GRID, [options, rho]."""
+    wait_p: np.ndarray | None = None
+    """p-quantile wait on RHO_GRID, [options, rho] (``prefill_pool``'s options only: the search's)."""
 
 
 def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
@@ -92,7 +92,7 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
     if plan.serving.prefill_tp:  # a pinned prefill worker size
         keep = (layouts["tp"] * layouts["pp"]) == plan.serving.prefill_tp
         layouts = {k: v[keep] for k, v in layouts.items()}
-    pool, ok = prefill_options(plan, stats, layouts, accelerators, percentile, inside)
+    pool, ok = prefill_options(plan, stats, layouts, accelerators, inside)
     size, mu, t_fixed = pool.size, pool.mu, pool.t_fixed_p
     keep = []
     for i in np.flatnonzero(ok):  # candidate layouts (not grid points): Pareto per worker size
@@ -101,14 +101,15 @@ def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile
         if not np.any(beaten):
             keep.append(i)
     k = np.array(keep, dtype=int)
+    _, wait_p = _waits(RHO_GRID[None, :], pool.s_mean[k, None], pool.s_sq[k, None], percentile, stats.arrival_scv)
     return PrefillPool({name: v[k] for name, v in pool.layouts.items()}, size[k], mu[k], pool.s_mean[k],
-                       pool.s_sq[k], pool.t_alone[k], t_fixed[k], pool.kv[k], pool.wait_p[k])
+                       pool.s_sq[k], pool.t_alone[k], t_fixed[k], pool.kv[k], np.maximum.accumulate(wait_p, axis=1))
 
 
 def prefill_options(plan: Plan, stats: WorkloadStats, layouts: dict[str, np.ndarray], accelerators: int,
-                    percentile: float, inside: bool) -> tuple[PrefillPool, np.ndarray]:
-    """(A prefill worker per layout in ``layouts`` (1-D arrays tp, pp, ep, dp), the mask of those that
-    fit: divisibility, memory for a chunk's KV, a finite positive rate)."""
+                    inside: bool) -> tuple[PrefillPool, np.ndarray]:
+    """(A prefill worker per layout in ``layouts`` (1-D arrays tp, pp, ep, dp), without the wait table,
+    the mask of those that fit: divisibility, memory for a chunk's KV, a finite positive rate)."""
     lay = parallel.layout_axis(layouts)
     size = (lay.tp * lay.pp)[:, 0]
     plen, plen_sq = _prefill(stats, prefix_hit(plan, accelerators / size))
@@ -128,10 +129,7 @@ def prefill_options(plan: Plan, stats: WorkloadStats, layouts: dict[str, np.ndar
     t_fixed = t_alone * isl_tail + kv
     ok = parallel.layout_feasibility(plan.model, lay, accelerators, parallel.redundant_slots(plan))[0][:, 0]
     ok &= (parallel.kv_budget_per_device(plan, lay, chunk)[:, 0] > 0) & np.isfinite(mu) & (mu > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        _, wait_p = _waits(RHO_GRID[None, :], s_mean[:, None], s_sq[:, None], percentile, stats.arrival_scv)
-    return PrefillPool(dict(layouts), size, mu, s_mean, s_sq, t_alone, t_fixed, kv,
-                       np.maximum.accumulate(wait_p, axis=1)), ok
+    return PrefillPool(dict(layouts), size, mu, s_mean, s_sq, t_alone, t_fixed, kv), ok
 
 
 class DisaggChoice:
@@ -227,6 +225,25 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1, pin
     return pick(value), pick(pp), pick(dd), opt
 
 
+def decode_step(plan: Plan, layout, stats: WorkloadStats, batch):
+    """(shape, StepCost, seconds per iteration) of a decode worker's decode-only step at occupancy
+    ``batch``: the step plus a Python executor's responses (``Engine.host_time``), as aggregated."""
+    decode = Shape(decode_seqs=batch, decode_q=1.0 + plan.serving.draft_depth, decode_ctx=stats.context_mean)
+    cost = step_cost(plan, layout, decode)
+    return decode, cost, cost.total + plan.engine.host_time(batch)
+
+
+def tpot_quantile(plan: Plan, layout, stats: WorkloadStats, decode: Shape, batch, t_d, q: float):
+    """A decode worker's q-quantile of per-request TPOT: the mean t_d/L, with the acceptance spread
+    (``serving.tpot_spread``, MTP) and the decode count's drift over a request's window
+    (``serving.decode_drift``) in quadrature; a decode worker has no prompt stalls, so no fast noise."""
+    L = plan.serving.tokens_per_step
+    tail = tpot_spread(plan, q)
+    slope = decode_slope(plan, layout, decode, batch, t_d, plan.engine.host_time)
+    a_s, z_s, _ = decode_drift(slope, batch, t_d, L, stats, q)
+    return t_d / L + np.sqrt((t_d / L * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2)
+
+
 def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layouts: dict, batch, live=None):
     """System output tokens/s of a disaggregated deployment over the decode [layout, batch] grid.
 
@@ -237,10 +254,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
     """
     lay = parallel.layout_axis(layouts)
     L = plan.serving.tokens_per_step
-    dq = 1.0 + plan.serving.draft_depth
-    decode = Shape(decode_seqs=batch, decode_q=dq, decode_ctx=stats.context_mean)
-    cost = step_cost(plan, lay, decode)
-    t_d = cost.total + plan.engine.host_time(batch)  # a Python executor's responses, as aggregated
+    decode, cost, t_d = decode_step(plan, lay, stats, batch)
     r_d = batch * L / (stats.osl_mean * t_d)
     s_d = lay.tp * lay.pp
     slo = scenario.slo
@@ -256,12 +270,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats, layo
         tiers.append((domain, True))
     shape = np.broadcast(r_d, t_d).shape
     live = np.ones(shape, dtype=bool) if live is None else np.broadcast_to(live, shape).copy()
-    tail = tpot_spread(plan, slo.percentile / 100.0)  # per-request TPOT quantile over the mean (MTP)
-    # the decode count's drift over a request's window (serving.decode_drift), in quadrature with
-    # the acceptance spread: a decode worker has no prompt stalls, so no fast noise
-    slope = decode_slope(plan, lay, decode, batch, t_d, plan.engine.host_time)
-    a_s, z_s, _ = decode_drift(slope, batch, t_d, L, stats, slo.percentile / 100.0)
-    tpot_q = t_d / L + np.sqrt((t_d / L * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2)
+    tpot_q = tpot_quantile(plan, lay, stats, decode, batch, t_d, slo.percentile / 100.0)
     if slo.tpot_ms is not None:
         live &= tpot_q <= slo.tpot_ms * 1e-3
     idx = np.nonzero(live)

@@ -20,25 +20,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .disagg_eval import _waits, prefill_options
-from .engine import step_cost
-from .graph import Layout, Shape
+from .disagg_eval import _waits, decode_step, prefill_options, tpot_quantile
+from .graph import Layout
 from .plan import Plan
-from .serving import WorkloadStats, decode_drift, decode_slope, tpot_spread
+from .serving import WorkloadStats, tpot_spread
 
 BATCH_POINTS = 512
 """Decode occupancies tried per worker (geometric, 1e-3 … B_max) before the crossing is refined."""
 
 
-def _decode_time(plan: Plan, layout: Layout, stats: WorkloadStats, batch):
-    """(shape, decode step seconds incl. host time) of a decode worker at occupancy ``batch``."""
-    shape = Shape(decode_seqs=batch, decode_q=1.0 + plan.serving.draft_depth, decode_ctx=stats.context_mean)
-    return shape, step_cost(plan, layout, shape).total + plan.engine.host_time(batch)
-
-
 def decode_tpot(plan: Plan, layout: Layout, stats: WorkloadStats, batch):
     """Mean time per output token of a decode worker at occupancy ``batch``: t_d(B)/L."""
-    return _decode_time(plan, layout, stats, batch)[1] / plan.serving.tokens_per_step
+    return decode_step(plan, layout, stats, batch)[2] / plan.serving.tokens_per_step
 
 
 def decode_occupancy(plan: Plan, layout: Layout, stats: WorkloadStats, rate: float, b_max: float):
@@ -47,7 +40,7 @@ def decode_occupancy(plan: Plan, layout: Layout, stats: WorkloadStats, rate: flo
     even B_max serves less."""
     L = plan.serving.tokens_per_step
     grid = np.geomspace(1e-3, max(float(b_max), 2e-3), BATCH_POINTS)
-    _, t = _decode_time(plan, layout, stats, grid)
+    t = decode_step(plan, layout, stats, grid)[2]
     served = grid * L / (stats.osl_mean * np.asarray(t, dtype=float).ravel())
     above = np.flatnonzero(served >= rate)
     if rate <= 0 or not len(above):
@@ -67,7 +60,7 @@ def operating_point(plan: Plan, decode_layout: Layout, decode_workers: int, pref
     saturates) plus ``prefill_utilization``. ``b_max``: a decode worker's occupancy cap (its batch
     cap or KV capacity, whichever is lower); ``inside``: the KV cache moves over the scale-up fabric
     (default: the system fits one scale-up domain)."""
-    from .scheduler import MIN_DURATION_S
+    from .scheduler import broken_limit, loadgen_rates
 
     slo = scenario.slo
     q = slo.percentile / 100.0
@@ -80,7 +73,7 @@ def operating_point(plan: Plan, decode_layout: Layout, decode_workers: int, pref
     m = {"requests_per_s": qps, "tokens_per_s": qps * stats.osl_mean, "gate_iters": 0.0, "prefill_share": 0.0}
     b = decode_occupancy(plan, decode_layout, stats, qps / decode_workers, limit)
     lay1 = {k: np.array([int(np.asarray(getattr(prefill_layout, k)))]) for k in ("tp", "pp", "ep", "dp")}
-    pool, fits = prefill_options(plan, stats, lay1, accelerators, slo.percentile, inside)
+    pool, fits = prefill_options(plan, stats, lay1, accelerators, inside)
     rho = qps / (prefill_workers * float(pool.mu[0])) if bool(fits[0]) else float("inf")
     m["prefill_utilization"] = rho
     why = ""
@@ -91,17 +84,12 @@ def operating_point(plan: Plan, decode_layout: Layout, decode_workers: int, pref
     if why:
         m.update({k: nan for k in ("occupancy", "occupancy_per_instance", "occupancy_per_rank", "iteration_s",
                                    "decode_iteration_s", "ttft_p50_s", "ttft_s", "ttft_mean_s", "tpot_p50_s", "tpot_s",
-                                   "tpot_mean_s", "mean_latency_s")})
-        issue = samples / qps if samples else MIN_DURATION_S
-        m.update(issue_s=issue, completed_tokens_per_s=0.0)
-        return False, why, m
-    shape, t_d = _decode_time(plan, decode_layout, stats, b)
+                                   "tpot_mean_s")})
+        return False, why, loadgen_rates(m, stats, qps, samples)
+    shape, _, t_d = decode_step(plan, decode_layout, stats, b)
     t_d = float(np.ravel(t_d)[0])
-    slope = decode_slope(plan, decode_layout, shape, b, t_d, plan.engine.host_time)
-    a_s, z_s, _ = decode_drift(slope, b, t_d, L, stats, q)
-    tail = tpot_spread(plan, q)
     tpot_mean = t_d / L
-    tpot_p99 = float(np.ravel(tpot_mean + np.sqrt((tpot_mean * (tail - 1.0)) ** 2 + (a_s * z_s) ** 2))[0])
+    tpot_p99 = float(np.ravel(tpot_quantile(plan, decode_layout, stats, shape, b, t_d, q))[0])
     w_mean, w_p = _waits(rho, pool.s_mean[0], pool.s_sq[0], slo.percentile, stats.arrival_scv)
     _, w_50 = _waits(rho, pool.s_mean[0], pool.s_sq[0], 50.0, stats.arrival_scv)
     first = float(pool.t_alone[0] + pool.kv[0]) + t_d
@@ -110,15 +98,8 @@ def operating_point(plan: Plan, decode_layout: Layout, decode_workers: int, pref
     m.update(occupancy=b * decode_workers, occupancy_per_instance=b, occupancy_per_rank=b / d, iteration_s=t_d,
              decode_iteration_s=t_d, ttft_p50_s=float(w_50) + first, ttft_s=ttft_p99, ttft_mean_s=ttft_mean,
              tpot_p50_s=tpot_mean * tpot_spread(plan, 0.5), tpot_s=tpot_p99, tpot_mean_s=tpot_mean)
-    latency = ttft_mean + (stats.osl_mean - 1.0) * tpot_mean
-    issue = samples / qps if samples else MIN_DURATION_S
-    m.update(mean_latency_s=latency, issue_s=issue, completed_tokens_per_s=m["tokens_per_s"] * issue / (issue + latency))
-    if slo.ttft_ms is not None and ttft_p99 > slo.ttft_ms * 1e-3:
-        why = "SLO_TTFT"
-    elif slo.tpot_ms is not None and tpot_p99 > slo.tpot_ms * 1e-3:
-        why = "SLO_TPOT"
-    elif slo.e2e_ms is not None and ttft_p99 + stats.osl_p99 * tpot_mean > slo.e2e_ms * 1e-3:
-        why = "SLO_E2E"
+    loadgen_rates(m, stats, qps, samples)
+    why = broken_limit(slo, ttft_p99, tpot_p99, ttft_p99 + stats.osl_p99 * tpot_mean)
     return why == "", why, m
 
 

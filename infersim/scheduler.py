@@ -1347,17 +1347,33 @@ def operating_point(plan: Plan, layout: Layout, replicas: int, stats: WorkloadSt
          "ttft_p50_s": pick(res.ttft_p50), "ttft_s": pick(res.ttft_p99), "ttft_mean_s": pick(res.ttft_mean),
          "tpot_p50_s": pick(res.tpot_p50), "tpot_s": pick(res.tpot_p99), "tpot_mean_s": pick(res.tpot_mean),
          "prefill_share": pick(res.prefill_share)}
-    latency = m["ttft_mean_s"] + (stats.osl_mean - 1.0) * m["tpot_mean_s"]
-    issue = samples / qps if samples else MIN_DURATION_S
-    m.update(mean_latency_s=latency, issue_s=issue,
-             completed_tokens_per_s=m["tokens_per_s"] * issue / (issue + latency) if np.isfinite(latency) else 0.0)
-    why = ""
+    loadgen_rates(m, stats, qps, samples)
     if bool(saturated):
         why = "BATCH_LIMIT" if cap is not None and cap * d <= float(b_max) else "SATURATED"
     elif not bool(np.ravel(res.ok)[0]):
         why = Reason(int(np.ravel(res.reason)[0])).name
-    elif slo.ttft_ms is not None and m["ttft_s"] > slo.ttft_ms * 1e-3:
-        why = "SLO_TTFT"
-    elif slo.tpot_ms is not None and m["tpot_s"] > slo.tpot_ms * 1e-3:
-        why = "SLO_TPOT"
+    else:
+        why = broken_limit(slo, m["ttft_s"], m["tpot_s"])
     return why == "", why, m
+
+
+def loadgen_rates(m: dict, stats: WorkloadStats, qps: float, samples: float | None) -> dict:
+    """``m`` (an operating point's metrics with ``tokens_per_s`` and the mean TTFT / TPOT) with the
+    mean latency, LoadGen's issue time and its completed rate (``operating_point``); 0 completed
+    where the latency is not finite."""
+    latency = m["ttft_mean_s"] + (stats.osl_mean - 1.0) * m["tpot_mean_s"]
+    issue = samples / qps if samples else MIN_DURATION_S
+    m.update(mean_latency_s=latency, issue_s=issue,
+             completed_tokens_per_s=m["tokens_per_s"] * issue / (issue + latency) if np.isfinite(latency) else 0.0)
+    return m
+
+
+def broken_limit(slo, ttft_p99_s: float, tpot_p99_s: float, e2e_p99_s: float | None = None) -> str:
+    """The first latency limit of ``slo`` the p99s break (``SLO_TTFT``, ``SLO_TPOT``, ``SLO_E2E``), or ''."""
+    if slo.ttft_ms is not None and ttft_p99_s > slo.ttft_ms * 1e-3:
+        return "SLO_TTFT"
+    if slo.tpot_ms is not None and tpot_p99_s > slo.tpot_ms * 1e-3:
+        return "SLO_TPOT"
+    if e2e_p99_s is not None and slo.e2e_ms is not None and e2e_p99_s > slo.e2e_ms * 1e-3:
+        return "SLO_E2E"
+    return ""

@@ -43,7 +43,7 @@ def test_decode_pool_obeys_littles_law(gb300_llama):
     assert m["occupancy"] == pytest.approx(m["occupancy_per_instance"] * p.config["decode_workers"])
     # the prefill pool: P workers of the prefill layout's full-chunk rate μ
     lay = {k: np.array([p.config["prefill_layout"][k]]) for k in ("tp", "pp", "ep", "dp")}
-    pool, fits = prefill_options(p.plan, stats, lay, 72, 99.0, True)
+    pool, fits = prefill_options(p.plan, stats, lay, 72, True)
     assert fits[0] and m["prefill_utilization"] == pytest.approx(lam / (p.config["prefill_workers"] * pool.mu[0]))
 
 

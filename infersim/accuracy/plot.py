@@ -34,6 +34,14 @@ def _plot_target(path: str | os.PathLike) -> tuple[Path, str]:
     return path, kind
 
 
+def identity_bands(ax, lo: float, hi: float, label: str | None = None) -> None:
+    """The y = x line over [lo, hi] with its ±10 % and ±25 % bands (log-log predicted vs measured)."""
+    xs = np.geomspace(lo, hi, 64)
+    ax.fill_between(xs, xs / 1.25, xs * 1.25, color="0.9", lw=0, label="±25 %")
+    ax.fill_between(xs, xs / 1.10, xs * 1.10, color="0.78", lw=0, label="±10 %")
+    ax.plot(xs, xs, color="0.3", lw=1, label=label)
+
+
 def plot(report: ValidationReport, path: str | os.PathLike, *, color_by: str = "model",
          title: str | None = None) -> Path:
     """Predicted vs published tokens/s, log-log, one colour per model (or hardware).
@@ -54,10 +62,7 @@ def plot(report: ValidationReport, path: str | os.PathLike, *, color_by: str = "
     ax = fig.add_subplot(1, 1, 1)
     values = [v for r in ok for v in (r.row.tokens_per_s, r.predicted)]
     lo, hi = (min(values) / 2, max(values) * 2) if values else (1.0, 1e6)
-    xs = np.geomspace(lo, hi, 64)
-    ax.fill_between(xs, xs / 1.25, xs * 1.25, color="0.9", lw=0, label="±25 %")
-    ax.fill_between(xs, xs / 1.10, xs * 1.10, color="0.78", lw=0, label="±10 %")
-    ax.plot(xs, xs, color="0.3", lw=1, label="y = x")
+    identity_bands(ax, lo, hi, label="y = x")
     groups = sorted({getattr(r.row, color_by) for r in ok})
     cmap = fig.colormaps["tab10"] if hasattr(fig, "colormaps") else None
     if cmap is None:
@@ -152,4 +157,4 @@ def plot_cv(cv: dict, path: str | os.PathLike) -> Path:
     return write_atomic(path, buf.getvalue())
 
 
-__all__ = ["plot", "plot_cv", "write_text", "PLOT_FORMATS"]
+__all__ = ["plot", "plot_cv", "identity_bands", "write_text", "PLOT_FORMATS"]
