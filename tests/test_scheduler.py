@@ -450,13 +450,19 @@ def test_offline_pays_the_python_executors_host_time_too():
 def test_breakdown_reports_the_host_time_outside_the_step():
     """``breakdown.host_s`` is the Python executor's host time per iteration at the point's batch;
     Offline's TPOT is step + host (one token per step without MTP), and a disaggregated decode pool
-    pays it too (its TPOT is (step + host) / tokens per step)."""
+    pays it too (its TPOT is (step + host) / tokens per step). A gated attention-DP Offline engine
+    (``scheduler.offline``) reports its decode-only step; its TPOT is that iteration with the
+    context iterations' share of the engine time on top."""
     from infersim import api
 
     off = api.predict("b200", "deepseek-r1", "mlperf-deepseek-r1-offline", 8, round="v5.1")
     b = off.breakdown
+    assert off.config["dp"] > 1 and off.plan.engine.gate_timeout_iters > 0 and 0.0 < b["prefill_share"] < 0.2
     assert b["host_s"] == pytest.approx(off.plan.engine.host_time(off.config["batch"]), rel=1e-12) and b["host_s"] > 0.01
-    assert off.metrics["tpot_mean_s"] == pytest.approx(b["step_s"] + b["host_s"], rel=1e-9)
+    assert off.metrics["tpot_mean_s"] == pytest.approx((b["step_s"] + b["host_s"]) / (1.0 - b["prefill_share"]), rel=1e-9)
+    tp8 = api.predict("b200", "deepseek-r1", "mlperf-deepseek-r1-offline", 8, round="v5.1", tp=8, ep=8, dp=1)
+    t = tp8.breakdown  # one attention rank: no gate, the mixed step of ``serving.offline``
+    assert t["host_s"] > 0.0 and tp8.metrics["tpot_mean_s"] == pytest.approx(t["step_s"] + t["host_s"], rel=1e-9)
     dis = api.predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, round="v6.0")
     assert dis.config["disaggregated"] and dis.breakdown["host_s"] > 0
     assert dis.metrics["tpot_mean_s"] == pytest.approx(
