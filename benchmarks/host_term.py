@@ -21,7 +21,8 @@ occupancy without and with the fitted term.
 Then the Offline check, also out of sample: the same executor loop runs in Offline (v5.1 streamed
 every token, v6.0 every 100), so every Offline row of a Python-executor model in
 mlperf_llm_results.csv is predicted at the capacity search's layout and batch with the term at 0
-and at the fitted value (``serving.offline``), against the published tokens/s per accelerator.
+and at the fitted value (``scheduler.offline``: the gated attention-DP engine where the preset
+runs one), against the published tokens/s per accelerator.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def rows_of(data):
         if scen not in ("server", "interactive") or hw is None or not (n and occ and tpot):
             continue
         model = al.model_id(cols["benchmark"])
-        pred = systems.get((resolve_preset(cols["version"].strip()), hw, model, f"mlperf-{model}-{scen}", int(n)))
+        pred = systems.get((resolve_preset(cols["version"].strip()), hw, model, f"mlperf-{model}-{scen}", int(n), False))
         if isinstance(pred, str) or not pred.feasible or not pred.plan.engine.python_executor:
             continue
         c = pred.config
@@ -85,7 +86,7 @@ def rows_of(data):
 def offline_rows(c_us: float):
     """(row, published, predicted without, predicted with the host term) per Offline row of a model
     the round's preset runs on a Python executor."""
-    from infersim import api, serving
+    from infersim import api, scheduler
     from infersim.accuracy.data import bundled_data, load_rows, resolve_preset
     from infersim.graph import Layout
     from infersim.serving import WorkloadStats
@@ -110,7 +111,7 @@ def offline_rows(c_us: float):
 
         def per_acc(host_s):
             plan = with_host(pred.plan, host_s)
-            return float(serving.offline(plan, lay, b, stats).tokens_per_s[0]) * c["replicas"] / row.accelerators
+            return float(scheduler.offline(plan, lay, b, stats).tokens_per_s[0]) * c["replicas"] / row.accelerators
 
         out.append((row, row.tokens_per_s / row.accelerators, per_acc(0.0), per_acc(c_us * 1e-6)))
     return out

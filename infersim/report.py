@@ -87,7 +87,7 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
     bt.add_row("of compute ops: compute-bound", f"{b['compute_bound_s'] * 1e3:.3f}", f"{b['compute_bound_s'] / step:.1%}")
     bt.add_row("of compute ops: memory-bound", f"{b['memory_bound_s'] * 1e3:.3f}", f"{b['memory_bound_s'] / step:.1%}")
     if b.get("prefill_share"):
-        bt.add_row("engine time on prefill (server)", "", f"{b['prefill_share']:.1%}")
+        bt.add_row("engine time on context iterations", "", f"{b['prefill_share']:.1%}")
     if b.get("host_s"):  # outside the step: the share is of the whole iteration
         bt.add_row("+ host, Python executor's responses (per iteration)", f"{b['host_s'] * 1e3:.3f}",
                    f"{b['host_s'] / (step + b['host_s']):.1%} of step + host")

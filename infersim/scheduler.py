@@ -71,7 +71,7 @@ from .engine import StepCost, step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan, admission_period
-from .serving import (DRIFT_STEP, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
+from .serving import (DRIFT_STEP, ServingResult, offline as serving_offline, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
                       gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate, tpot_spread)
@@ -647,6 +647,49 @@ def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: 
     one = replace(stats, rate_states=None, arrival_scv=1.0)  # Poisson within a state
     return rate_states_mix(lambda b: _server(plan, layout, b, one, percentile, workers), batch, stats.rate_states,
                            percentile / 100.0)
+
+
+def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0) -> ServingResult:
+    """Offline steady state at occupancy B per instance.
+
+    One attention rank (d = 1): ``serving.offline``'s mixed step, every iteration carrying the
+    B·L/OSL prompts that replace the finished sequences. With attention DP (d > 1) this is the
+    saturated engine of ``server``: every rank always has prompts waiting (LoadGen issues the whole
+    Offline query at once), so at the batch cap what opens the attention-DP gate is a free slot
+    on every rank, and a rank's slots freed since the last admission are Poisson(k·B·L/(OSL·d))
+    after k iterations, the distribution of the arrivals that open it at occupancy B there; a
+    context iteration admits them, the busiest rank's prompt tokens set its stall, and the other
+    iterations replay their CUDA graphs. Below the cap the real gate opens sooner (every rank has
+    a free slot, so after ``gate_wait_iters`` + 1 iterations); the model keeps the cap's period.
+
+    Why: the mixed step put about one prompt a step on one rank (DeepSeek-R1 at 512 sequences a
+    rank on 8 ranks: 1.1 prompts a step, the busiest rank's attention block at 7.3× its mean share
+    of them, every step eager), where TensorRT-LLM's gate (timeout 500, wait 10 in the B200 / B300
+    Offline recipes) admits the freed slots of ~30 iterations at once. Against ``des.simulate_engine``
+    run saturated (tests/test_scheduler.py::test_saturated_engine_is_the_offline_steady_state):
+    within 1 % at gates 500/10, 6/2 and off, where the mixed step is 15 % low at 500/10.
+    """
+    base = serving_offline(plan, layout, batch, stats, workers)
+    adp = np.asarray(layout.dp) > 1
+    if not np.any(adp):
+        return base
+    eng = _server(plan, layout, batch, stats, workers=workers, quantiles=False)
+    pick = lambda a, b: np.where(adp, a, b)  # noqa: E731  (the engine where d > 1)
+    step = StepCost(total=pick(eng.step.total, base.step.total),
+                    by_kind={k: pick(eng.step.by_kind[k], v) for k, v in base.step.by_kind.items()},
+                    compute_bound=pick(eng.step.compute_bound, base.step.compute_bound),
+                    memory_bound=pick(eng.step.memory_bound, base.step.memory_bound),
+                    comm_exposed=pick(eng.step.comm_exposed, base.step.comm_exposed))
+    shape = Shape(**{f.name: pick(getattr(eng.shape, f.name), getattr(base.shape, f.name))
+                     for f in fields(Shape) if getattr(base.shape, f.name) is not None})
+    tpot = pick(eng.tpot_mean, base.tpot_mean)
+    # as ``serving.offline``: a prompt's first token comes with the (context) iteration that admits it
+    context = eng.decode_iteration_s + eng.gate_iters * (eng.iteration_s - eng.decode_iteration_s)
+    ttft = pick(context, base.ttft_mean)
+    return ServingResult(tokens_per_s=pick(eng.tokens_per_s, base.tokens_per_s), rate=pick(eng.rate, base.rate),
+                         ttft_mean=ttft, ttft_p99=ttft, tpot_mean=tpot, tpot_p99=tpot,
+                         e2e_p99=ttft + stats.osl_p99 * tpot, step=step,
+                         prefill_share=pick(eng.prefill_share, base.prefill_share), shape=shape)
 
 
 RATE_MATCH_ITERS = 4

@@ -98,7 +98,7 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
                 ok, reason = require(ok, reason, res.tpot_p99 <= slo.tpot_ms * 1e-3, Reason.SLO_TPOT)
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
         elif kind == "offline":
-            res = serving.offline(plan, layout, batch, stats, workers)
+            res = scheduler.offline(plan, layout, batch, stats, workers)
             ok, reason = _and(ok, reason, *scheduler.offline_limits(plan, layout, batch, stats))
         else:  # the iteration-level engine: batch cap and token budget come back as reason codes
             res = scheduler.server(plan, layout, batch, stats, percentile=scenario.slo.percentile, workers=workers)
