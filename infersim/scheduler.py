@@ -60,7 +60,7 @@ With the gate off, d = 1, no token budget and every size captured this is exactl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -71,10 +71,11 @@ from .engine import StepCost, step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan, admission_period
-from .serving import (DRIFT_STEP, ServingResult, offline as serving_offline, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
+from .serving import (DRIFT_STEP, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
                       gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate, tpot_spread)
+from .serving import offline as serving_offline
 from statistics import NormalDist
 
 FFT_MAX_COUNT = 48.0
@@ -582,6 +583,7 @@ ALIVE_TOL = 1e-15
 timeout's checks (the Offline recipes' 500-iteration timeout; the mass left is below the moments' float
 precision: every bundled prediction is bit-identical to the full walk)."""
 
+
 def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, first_offset=None):
     """E[G], Var[G] and the third central moment of the iterations between context iterations
     (1, 0, 0 with the gate off).
@@ -680,24 +682,25 @@ def offline(plan: Plan, layout: Layout, batch, stats: WorkloadStats, workers=1.0
     if not np.any(adp):
         return serving_offline(plan, layout, batch, stats, workers)
     eng = _server(plan, layout, batch, stats, workers=workers, quantiles=False)
-    # the mixed step only where some layout has one rank (a pinned attention-DP layout skips it)
-    base = eng if np.all(adp) else serving_offline(plan, layout, batch, stats, workers)
-    pick = lambda a, b: np.where(adp, a, b)  # noqa: E731  (the engine where d > 1)
-    step = StepCost(total=pick(eng.step.total, base.step.total),
-                    by_kind={k: pick(eng.step.by_kind[k], v) for k, v in base.step.by_kind.items()},
-                    compute_bound=pick(eng.step.compute_bound, base.step.compute_bound),
-                    memory_bound=pick(eng.step.memory_bound, base.step.memory_bound),
-                    comm_exposed=pick(eng.step.comm_exposed, base.step.comm_exposed))
-    shape = Shape(**{f.name: pick(getattr(eng.shape, f.name), getattr(base.shape, f.name))
-                     for f in fields(Shape) if getattr(base.shape, f.name) is not None})
-    tpot = pick(eng.tpot_mean, base.tpot_mean)
     # as ``serving.offline``: a prompt's first token comes with the (context) iteration that admits it
-    context = eng.decode_iteration_s + eng.gate_iters * (eng.iteration_s - eng.decode_iteration_s)
-    ttft = pick(context, base.ttft_mean)
-    return ServingResult(tokens_per_s=pick(eng.tokens_per_s, base.tokens_per_s), rate=pick(eng.rate, base.rate),
-                         ttft_mean=ttft, ttft_p99=ttft, tpot_mean=tpot, tpot_p99=tpot,
-                         e2e_p99=ttft + stats.osl_p99 * tpot, step=step,
-                         prefill_share=pick(eng.prefill_share, base.prefill_share), shape=shape)
+    ttft = eng.decode_iteration_s + eng.gate_iters * (eng.iteration_s - eng.decode_iteration_s)
+    res = ServingResult(tokens_per_s=eng.tokens_per_s, rate=eng.rate, ttft_mean=ttft, ttft_p99=ttft,
+                        tpot_mean=eng.tpot_mean, tpot_p99=eng.tpot_mean, e2e_p99=ttft + stats.osl_p99 * eng.tpot_mean,
+                        step=eng.step, prefill_share=eng.prefill_share, shape=eng.shape)
+    # a grid mixing one-rank layouts: the mixed step there (a pinned attention-DP layout never prices it)
+    return res if np.all(adp) else _where(adp, res, serving_offline(plan, layout, batch, stats, workers))
+
+
+def _where(mask, a, b):
+    """``a`` where ``mask`` else ``b``, elementwise through dataclasses and dicts of arrays (a field
+    that is None on either side stays None)."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, dict):
+        return {k: _where(mask, a[k], v) for k, v in b.items()}
+    if is_dataclass(a):
+        return type(a)(**{f.name: _where(mask, getattr(a, f.name), getattr(b, f.name)) for f in fields(a)})
+    return np.where(mask, a, b)
 
 
 RATE_MATCH_ITERS = 4

@@ -103,13 +103,18 @@ PAIRS = {"tokens_per_s": "tokens_per_s", "decode_batch": "decode_batch", "ttft_m
          "tpot_p99": "tpot_p", "ttft_p99": "ttft_p"}
 
 
+def with_outputs(s: serving.WorkloadStats, osl) -> serving.WorkloadStats:
+    """``s`` with the output lengths ``osl`` (points, probabilities; three classes, 16 equal-mass
+    points 5/6/5, the p99 the longest)."""
+    return dataclasses.replace(s, osl_mean=float(np.sum(osl[0] * osl[1])), osl_sq=float(np.sum(osl[0] ** 2 * osl[1])),
+                               osl_points=np.repeat(osl[0], [5, 6, 5]), osl_probs=np.full(16, 1 / 16),
+                               osl_p99=float(np.max(osl[0])))
+
+
 @cache
 def stats() -> serving.WorkloadStats:
     s = serving.WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama2-70b-server").workload)
-    pts = np.repeat(OSL[0], [5, 6, 5])
-    return dataclasses.replace(s, osl_mean=float(np.sum(OSL[0] * OSL[1])), osl_sq=float(np.sum(OSL[0] ** 2 * OSL[1])),
-                               osl_points=pts, osl_probs=np.full(16, 1 / 16), osl_p99=128.0,
-                               isl_max=float(np.max(s.isl_points)))
+    return dataclasses.replace(with_outputs(s, OSL), isl_max=float(np.max(s.isl_points)))
 
 
 def decode_time(rows):
@@ -770,10 +775,15 @@ OFFLINE_OSL = (np.array([250.0, 1000.0, 2000.0]), np.array([0.3, 0.4, 0.3]))
 def offline_stats() -> serving.WorkloadStats:
     """The module's prompts with long outputs (mean 1,075 tokens), so that a rank at its cap frees
     about 0.12 slots an iteration, as DeepSeek-R1's Offline ranks do (512 sequences, 3,752 tokens)."""
-    pts = np.repeat(OFFLINE_OSL[0], [5, 6, 5])
-    return dataclasses.replace(stats(), osl_mean=float(np.sum(OFFLINE_OSL[0] * OFFLINE_OSL[1])),
-                               osl_sq=float(np.sum(OFFLINE_OSL[0] ** 2 * OFFLINE_OSL[1])), osl_points=pts,
-                               osl_probs=np.full(16, 1 / 16), osl_p99=2000.0)
+    return with_outputs(stats(), OFFLINE_OSL)
+
+
+def mixed_step_rate(st: serving.WorkloadStats, cap: int, d: int) -> float:
+    """Tokens/s of ``serving.offline``'s mixed step with these synthetic costs at the cap: every
+    iteration carries the B·L/OSL replacement prompts, the busiest rank max(1, d/n) × the mean share."""
+    n = cap * d / st.osl_mean
+    rows = scheduler._pad((1, 2, 4, 8, 16, 32, 64, 128), cap)
+    return cap * d / (decode_time(rows) + S_TOK * st.isl_mean * n * serving.rank_imbalance(n, d) / d)
 
 
 @pytest.mark.parametrize("gate", ["500/10", "6/2", "off"])
@@ -797,10 +807,8 @@ def test_saturated_engine_is_the_offline_steady_state(gate):
     assert sim.occupancy > 0.98 * full  # saturated: the ranks stay at their cap
     assert sim.tokens_per_s == pytest.approx(float(r.tokens_per_s[0]), rel=0.02)
     assert sim.iteration_mean == pytest.approx(float(np.ravel(r.iteration_s)[0]), rel=0.02)
-    n = full / st.osl_mean  # the mixed step's prompts per iteration
-    mixed = full / (decode_time(128) + S_TOK * st.isl_mean * n * serving.rank_imbalance(n, d) / d)
     if gate == "500/10":
-        assert mixed < 0.9 * sim.tokens_per_s
+        assert mixed_step_rate(st, 128, d) < 0.9 * sim.tokens_per_s
 
 
 def test_offline_with_attention_dp_runs_the_engine():
@@ -839,7 +847,4 @@ def test_ungated_attention_dp_offline_is_the_engine_not_the_mixed_step(cap):
     sim = des.simulate_engine(float(r.rate[0]) * 1.3, d, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
                               n_requests=24_000, seed=3)
     assert sim.tokens_per_s == pytest.approx(float(r.tokens_per_s[0]), rel=0.05)
-    n = cap * d / st.osl_mean
-    rows = scheduler._pad((1, 2, 4, 8, 16, 32, 64, 128), cap)
-    mixed = cap * d / (decode_time(rows) + S_TOK * st.isl_mean * n * serving.rank_imbalance(n, d) / d)
-    assert mixed > 1.2 * sim.tokens_per_s
+    assert mixed_step_rate(st, cap, d) > 1.2 * sim.tokens_per_s
