@@ -1376,6 +1376,20 @@ def offline_limits(plan: Plan, layout: Layout, batch, stats: WorkloadStats):
     return ok, reason
 
 
+def offline_batch_bound(plan: Plan, layout: Layout, stats: WorkloadStats) -> float:
+    """The largest batch per instance ``offline_limits`` allows (inf without a cap or a budget):
+    both limits are linear in the batch."""
+    e = plan.engine
+    d = float(np.asarray(layout.dp, dtype=float))
+    bound = np.inf if e.max_batch_size is None else float(e.max_batch_size)
+    if e.max_num_tokens is not None:
+        dq = 1.0 + plan.serving.draft_depth
+        bound = min(bound, e.max_num_tokens / (dq + plan.serving.tokens_per_step / stats.osl_mean * stats.isl_mean))
+        if not e.chunked_prefill:
+            bound = min(bound, (e.max_num_tokens - stats.isl_max) / dq)
+    return bound * d
+
+
 # ---- prediction at a given load ---------------------------------------------------------------------
 
 def at_rate(plan: Plan, layout: Layout, rate, stats: WorkloadStats, percentile: float, workers, b_max,
