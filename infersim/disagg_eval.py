@@ -16,7 +16,7 @@ the better of the two deployments is taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -83,7 +83,28 @@ class PrefillPool:
     """p-quantile wait on RHO_GRID, [options, rho] (``prefill_pool``'s options only: the search's)."""
 
 
+_POOLS: list = []
+"""The last few ``prefill_pool`` results with what they were built from (``POOL_MEMO`` entries)."""
+POOL_MEMO = 4
+"""Prefill pools kept: ``api.refine_best`` evaluates one decode layout at a few batches, each with
+the same plan but for the decode layout and batch it pins, so the same pool each time."""
+
+
 def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
+    """``_prefill_pool``, reused while the plan's parts (the very objects), its search space but for
+    the decode layout and batch a search pins, the workload and the arguments stay the same."""
+    parts = tuple(getattr(plan, f.name) for f in fields(plan) if f.name != "search") + (stats,)
+    args = (replace(plan.search, batch=(), tp=(), pp=(), ep=(), dp=()), accelerators, percentile, inside)
+    for held, same, pool in _POOLS:
+        if same == args and all(a is b for a, b in zip(held, parts)):
+            return pool
+    pool = _prefill_pool(plan, stats, accelerators, percentile, inside)
+    _POOLS.insert(0, (parts, args, pool))  # holds the parts, so no other object takes their ids
+    del _POOLS[POOL_MEMO:]
+    return pool
+
+
+def _prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
     """Every prefill layout the system allows (the pool's own search space), reduced per worker
     size to those not beaten on both TTFT and rate by another layout of that size."""
     layouts = parallel.candidate_layouts(plan, accelerators, fixed=False)
