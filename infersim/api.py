@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import optimizations as opt
-from . import search
+from . import scheduler, search
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import resolve_formats
 from .grid import Result, latency_limits
@@ -149,6 +149,15 @@ def _slack(res: Result, i: int, j: int, limits) -> float:
     return min(vals) if vals else (0.0 if res.ok[i, j] else -1.0)
 
 
+def _latency_slack(res: Result, i: int, j: int, limits) -> float | None:
+    """``_slack`` where it measures a latency (finite, the point within its latency limits or
+    breaking one of them), else None."""
+    if not limits or (not res.ok[i, j] and Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}):
+        return None
+    v = _slack(res, i, j, limits)
+    return v if np.isfinite(v) else None
+
+
 REFINE_BISECTIONS = 6
 """Bisection steps of ``refine_best`` where its secant (or bound) try breaks a limit: the placed
 batch is then within 2⁻⁶ of the gap to the failed try below the largest that holds."""
@@ -185,8 +194,13 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
         tries = [lo + (hi - lo) * s_lo / (s_lo - s_hi)]
     else:  # memory or the batch cap: their bound, else halfway (a second try where the bound fails)
         cap = res.plan.engine.max_batch_size
+        offline = res.mode == "offline"  # there the token budget is linear in the batch too
         bound = min(float(np.broadcast_to(res.max_batch, res.ok.shape)[i, j]),
-                    float(cap) * lay.dp if cap is not None else np.inf) * (1.0 - 1e-9)
+                    float(cap) * lay.dp if cap is not None else np.inf,
+                    scheduler.offline_batch_bound(res.plan, lay, stats) if offline else np.inf) * (1.0 - 1e-9)
+        bounded = MONOTONE_LIMITS | ({Reason.TOKEN_BUDGET} if offline else set())
+        if bound <= lo and col.size and Reason(int(res.reason[i, col[0]])) in bounded:
+            return None  # the point sits on the bound of a limit that every larger batch breaks
         tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
                                             dp=(lay.dp,)))  # the best point's layout alone (fit_only cut the axis)
@@ -197,7 +211,7 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
     def better(r):
         return (r, 0) if r is not None and r.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
 
-    failed = hi
+    failed, s_failed = hi, _latency_slack(res, i, int(col[0]), limits) if col.size else None
     for b in tries:
         if not lo < b < hi:
             continue
@@ -205,20 +219,46 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
             return None
         if got[1]:
             return better(got[0])
-        failed = min(failed, b)
+        if b < failed:
+            failed, s_failed = b, _latency_slack(got[0], 0, 0, limits)
     # every try broke a limit (the slack is not convex everywhere: a graph size, the gate): the
-    # largest batch that holds by bisection between the axis' point and the lowest failed try, so
-    # the placed batch still moves continuously with the inputs
-    held, lo_b, hi_b = None, lo, failed
+    # largest batch that holds between the axis' point and the lowest failed try, so the placed
+    # batch still moves continuously with the inputs. Where both ends carry a latency slack, the
+    # try is the secant's root of the bracket (Illinois: the end kept twice has its slack halved),
+    # else its midpoint; until the bracket is 2⁻⁶ of its first width or a held try is within
+    # ``REFINE_SLACK`` of its limit
+    held, lo_b, hi_b, s_a, s_b, kept = None, lo, failed, _latency_slack(res, i, j, limits), s_failed, 0
+    width = (failed - lo) * 2.0 ** -REFINE_BISECTIONS
     for _ in range(REFINE_BISECTIONS):
-        b = 0.5 * (lo_b + hi_b)
+        if s_a is not None and s_b is not None and s_a > 0.0 > s_b:
+            b = lo_b + (hi_b - lo_b) * s_a / (s_a - s_b)
+            b = min(max(b, lo_b + 0.05 * (hi_b - lo_b)), hi_b - 0.05 * (hi_b - lo_b))
+        else:
+            b = 0.5 * (lo_b + hi_b)
         if (got := at(b)) is None:
             return None
+        s = _latency_slack(got[0], 0, 0, limits)
         if got[1]:
-            held, lo_b = got[0], b
+            held, lo_b, s_a = got[0], b, s
+            s_b = 0.5 * s_b if kept == 1 and s_b is not None else s_b  # the failed end kept twice: halve
+            kept = 1
+            if s is not None and s < REFINE_SLACK:
+                break
         else:
-            hi_b = b
+            hi_b, s_b = b, s
+            s_a = 0.5 * s_a if kept == -1 and s_a is not None else s_a
+            kept = -1
+        if hi_b - lo_b <= width:
+            break
     return better(held)
+
+
+MONOTONE_LIMITS = frozenset({Reason.KV_CAPACITY, Reason.BATCH_LIMIT})
+"""Limits that every larger batch breaks once one does: ``refine_best`` does not search above a
+point that sits on their bound."""
+REFINE_SLACK = 1e-3
+"""A held try of ``refine_best`` whose tightest latency is within this fraction of its limit ends the
+search (the batch is then within about this fraction of the largest that holds)."""
 
 
 REFINE_REACH = 2.0 ** 0.25

@@ -16,7 +16,7 @@ the better of the two deployments is taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -28,8 +28,6 @@ from .serving import ServingResult, WorkloadStats, _prefill, decode_drift, decod
 
 RHO_GRID = np.linspace(0.01, 0.99, 99)
 """Prefill-worker utilizations tried (the admissible maximum is the largest meeting TTFT)."""
-TOP_PREFILL = 3
-"""Prefill options per decode point taken to the integer split (best by continuous rate matching)."""
 D_WINDOW = np.arange(-64, 2)
 """Decode-worker counts tried around the continuous optimum ⌊D*⌋ (each with the most prefill workers
 the rest of the accelerators hold); trimmed to the reach the worker sizes allow."""
@@ -85,7 +83,28 @@ class PrefillPool:
     """p-quantile wait on RHO_GRID, [options, rho] (``prefill_pool``'s options only: the search's)."""
 
 
+_POOLS: list = []
+"""The last few ``prefill_pool`` results with what they were built from (``POOL_MEMO`` entries)."""
+POOL_MEMO = 4
+"""Prefill pools kept: ``api.refine_best`` evaluates one decode layout at a few batches, each with
+the same plan but for the decode layout and batch it pins, so the same pool each time."""
+
+
 def prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
+    """``_prefill_pool``, reused while the plan's parts (the very objects), its search space but for
+    the decode layout and batch a search pins, the workload and the arguments stay the same."""
+    parts = tuple(getattr(plan, f.name) for f in fields(plan) if f.name != "search") + (stats,)
+    args = (replace(plan.search, batch=(), tp=(), pp=(), ep=(), dp=()), accelerators, percentile, inside)
+    for held, same, pool in _POOLS:
+        if same == args and all(a is b for a, b in zip(held, parts)):
+            return pool
+    pool = _prefill_pool(plan, stats, accelerators, percentile, inside)
+    _POOLS.insert(0, (parts, args, pool))  # holds the parts, so no other object takes their ids
+    del _POOLS[POOL_MEMO:]
+    return pool
+
+
+def _prefill_pool(plan: Plan, stats: WorkloadStats, accelerators: int, percentile: float, inside: bool) -> PrefillPool:
     """Every prefill layout the system allows (the pool's own search space), reduced per worker
     size to those not beaten on both TTFT and rate by another layout of that size."""
     layouts = parallel.candidate_layouts(plan, accelerators, fixed=False)
@@ -169,9 +188,8 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1, pin
     """Best integer split per decode point (1-D arrays r_d, s_d, t_d over the points).
 
     Per prefill option the admissible rate c_p = μ·ρ_max follows from the TTFT budget left after
-    the first decode step; the TOP_PREFILL options best under continuous rate matching
-    (N·r_d·c_p/(r_d·s_p + c_p·s_d)) go to the integer split: D decode workers near the continuous
-    optimum D*, each with the most prefill workers P the rest holds without a worker straddling a
+    the first decode step; per prefill worker size the option of the highest c_p goes to the
+    integer split: D decode workers near the continuous optimum D* = N·c_p/(r_d·s_p + c_p·s_d), each with the most prefill workers P the rest holds without a worker straddling a
     scale-up domain of ``domain`` accelerators (``parallel.packed_second_pool``; ⌊(N − D·s_d)/s_p⌋
     for ``domain`` 1), served rate min(D·r_d, P·c_p). Returns (rate, P, D, option index). tests/test_parallel.py checks it
     against exhaustive enumeration. ``pinned`` (P₀, D₀): worker counts a deployment fixes (0: free);
@@ -190,9 +208,12 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1, pin
         idx = np.searchsorted(pool.wait_p[j], budget - pool.t_fixed_p[j], side="right") - 1
         c[..., j] = np.where(idx >= 0, pool.mu[j] * RHO_GRID[np.maximum(idx, 0)], 0.0)
     sp, rd, sd = pool.size, np.asarray(r_d)[..., None], np.asarray(s_d, dtype=float)[..., None]
-    cont = np.where(c > 0, n * rd * c / (rd * sp + c * sd), 0.0)
-    k = min(TOP_PREFILL, q)
-    top = np.argsort(-cont, axis=-1)[..., :k]  # [L, B, k]
+    # per prefill worker size the option of the highest admissible rate: the integer split's served
+    # rate min(D·r_d, P·c_p) depends on the option only through c_p once the size is fixed, so the
+    # best option of each size is exact (a short list by continuous rate matching is not: on 64 H200
+    # it held only 16-GPU prefill workers, 12 decode workers beside one where an 8-GPU one leaves 14)
+    sizes = np.unique(sp)
+    top = np.stack([np.argmax(np.where(sp == s, c, -1.0), axis=-1) for s in sizes], axis=-1)  # [L, B, k]
     c_top = np.take_along_axis(c, top, axis=-1)[..., None]
     sp_top = sp[top][..., None]
     rd4, sd4 = rd[..., None], sd[..., None]

@@ -584,6 +584,18 @@ timeout's checks (the Offline recipes' 500-iteration timeout; the mass left is b
 precision: every bundled prediction is bit-identical to the full walk)."""
 
 
+GATE_BLOCK = 16
+"""Checks of the admission gate ``gate_moments`` walks at once (vectorized along a new leading axis;
+the walk stops after a block that leaves no period open beyond ``ALIVE_TOL``)."""
+
+
+def _running(op, a):
+    """``op``'s running total along the leading axis, in place, row by row (the order of a loop, and
+    faster than ``ufunc.accumulate`` along a leading axis)."""
+    for i in range(1, len(a)):
+        op(a[i - 1], a[i], out=a[i])
+
+
 def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, first_offset=None):
     """E[G], Var[G] and the third central moment of the iterations between context iterations
     (1, 0, 0 with the gate off).
@@ -610,31 +622,42 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
     p_busy, keep = 1.0 - p_idle, 1.0 - carried
     wait_busy = W * p_busy
-    alive = np.ones(np.broadcast(per_iter, offset, d).shape)       # no admission yet, not every rank has a prompt
-    f_prev = np.zeros_like(alive)
-    m1 = np.zeros_like(alive)
-    m2 = np.zeros_like(alive)
-    m3 = np.zeros_like(alive)
-    for k in range(1, T + 1):
-        mk = per_iter * k + (offset if k > 1 or first_offset is None else first_offset)
-        none = keep * np.exp(-mk)  # this rank holds no prompt
-        f = (1.0 - none) ** (d if others is None else others)
-        h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
+    shape = np.broadcast(per_iter, offset, d).shape
+    alive = np.ones(shape)  # no admission yet, not every rank has a prompt
+    f_prev = np.zeros(shape)
+    m = np.zeros((3,) + shape)  # the raw moments E[G], E[G²], E[G³]
+    # The checks k = 1 … T, a block of them at a time along a new leading axis. Per check k: the
+    # chance h_all that every rank holds a prompt for the first time (the gate admits after the
+    # wait W, if busy), else h_idle that some rank is idle while another holds one (it admits at
+    # once); the timeout admits at T. The period's law is the walk over the checks of the mass
+    # still open (``alive``), the same products and sums in the same order as check by check.
+    for k0 in range(1, T + 1, GATE_BLOCK):
+        k = np.arange(k0, min(k0 + GATE_BLOCK, T + 1), dtype=float).reshape((-1,) + (1,) * len(shape))
+        n = len(k)
+        off = offset if first_offset is None or k0 > 1 else np.where(k == 1, first_offset, offset)
+        none = keep * np.exp(-(per_iter * k + off))  # this rank holds no prompt
+        f = np.broadcast_to((1.0 - none) ** (d if others is None else others), (n,) + shape)
+        f_before = np.concatenate([f_prev[None], f[:-1]])
+        h_all = np.clip((f - f_before) / np.maximum(1.0 - f_before, 1e-300), 0.0, 1.0)
+        h_idle = np.empty((n,) + shape)
+        h_idle[...] = p_idle * (1.0 - none**d)
+        h_idle[k.reshape(-1) == T] = 1.0  # the timeout admits whatever is open
+        # alive before check k, then after its admission by every rank (``rest``), interleaved
+        walk = np.empty((2 * n + 1,) + shape)
+        walk[0], walk[1::2], walk[2::2] = alive, 1.0 - h_all, 1.0 - h_idle
+        _running(np.multiply, walk)
+        adm, idle = walk[0:-1:2] * h_all, walk[1::2] * h_idle
         g_all = k + wait_busy
-        adm = alive * h_all
-        m1 += adm * g_all
-        m2 += adm * (k * k + (2 * k * W + W * W) * p_busy)
-        m3 += adm * g_all**3
-        rest = alive * (1.0 - h_all)
-        h_idle = p_idle * (1.0 - none**d) if k < T else 1.0
-        idle = rest * h_idle
-        m1 += idle * k
-        m2 += idle * k * k
-        m3 += idle * k**3
-        alive = rest * (1.0 - h_idle)
-        f_prev = f
-        if k % 16 == 0 and not np.any(alive > ALIVE_TOL):  # every period resolved (long Offline timeouts)
+        terms = np.empty((2 * n + 1, 3) + shape)
+        terms[0] = m
+        terms[1::2, 0], terms[2::2, 0] = adm * g_all, idle * k
+        terms[1::2, 1], terms[2::2, 1] = adm * (k * k + (2 * k * W + W * W) * p_busy), idle * k * k
+        terms[1::2, 2], terms[2::2, 2] = adm * g_all**3, idle * k**3
+        _running(np.add, terms)
+        m, alive, f_prev = terms[-1], walk[-1], f[-1]
+        if not np.any(alive > ALIVE_TOL):  # every period resolved (long Offline timeouts)
             break
+    m1, m2, m3 = m
     m1 = np.where(on, m1, steps)
     var = np.where(on, np.maximum(m2 - m1 * m1, 0.0), 0.0)
     mu3 = np.where(on, m3 - 3.0 * m1 * var - m1**3, 0.0)
@@ -1351,6 +1374,20 @@ def offline_limits(plan: Plan, layout: Layout, batch, stats: WorkloadStats):
             fits &= b * dq + stats.isl_max <= e.max_num_tokens
         ok, reason = require(ok, reason, fits, Reason.TOKEN_BUDGET)
     return ok, reason
+
+
+def offline_batch_bound(plan: Plan, layout: Layout, stats: WorkloadStats) -> float:
+    """The largest batch per instance ``offline_limits`` allows (inf without a cap or a budget):
+    both limits are linear in the batch."""
+    e = plan.engine
+    d = float(np.asarray(layout.dp, dtype=float))
+    bound = np.inf if e.max_batch_size is None else float(e.max_batch_size)
+    if e.max_num_tokens is not None:
+        dq = 1.0 + plan.serving.draft_depth
+        bound = min(bound, e.max_num_tokens / (dq + plan.serving.tokens_per_step / stats.osl_mean * stats.isl_mean))
+        if not e.chunked_prefill:
+            bound = min(bound, (e.max_num_tokens - stats.isl_max) / dq)
+    return bound * d
 
 
 # ---- prediction at a given load ---------------------------------------------------------------------

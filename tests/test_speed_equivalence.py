@@ -93,7 +93,7 @@ def ref_uniform_gamma(parts, q, t0, iters=12):
     return t
 
 
-def ref_gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
+def ref_gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, first_offset=None):
     d = np.asarray(d, dtype=float)
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
     on = (d > 1) & (T > 0)
@@ -101,9 +101,9 @@ def ref_gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0):
     alive = np.ones(np.broadcast(per_iter, offset, d).shape)
     f_prev, m1, m2, m3 = (np.zeros_like(alive) for _ in range(4))
     for k in range(1, T + 1):
-        mk = per_iter * k + offset
+        mk = per_iter * k + (offset if k > 1 or first_offset is None else first_offset)
         none = (1.0 - carried) * np.exp(-mk)
-        f = (1.0 - none) ** d
+        f = (1.0 - none) ** (d if others is None else others)
         h_all = np.clip((f - f_prev) / np.maximum(1.0 - f_prev, 1e-300), 0.0, 1.0)
         g_all = k + W * (1.0 - p_idle)
         m1 += alive * h_all * g_all
@@ -176,3 +176,18 @@ def test_gate_moments(rng):
     for args in ((per_iter,), (per_iter, 0.3 * per_iter, carried)):
         for g, r in zip(scheduler.gate_moments(e, batch, d, *args), ref_gate_moments(e, batch, d, *args)):
             assert same(g, r)
+
+
+def test_gate_moments_long_timeout(rng):
+    # the Offline recipes' 500-iteration timeout, walked a block of checks at a time and stopped once
+    # every period is resolved (the mass left below 1e-15): the check-by-check walk to the end
+    e = SimpleNamespace(gate_timeout_iters=500, gate_wait_iters=10)
+    d = np.array([[2.0], [8.0]])
+    batch = np.geomspace(64, 8192, 23)[None, :]
+    per_iter = batch * 1.5 / (1500.0 * d)
+    carried, off = rng.uniform(0, 0.3, (2, 23)), 0.2 * per_iter
+    for kw in ({}, dict(first_offset=0.5 * off), dict(others=d - 1.0, first_offset=0.5 * off)):
+        got = scheduler.gate_moments(e, batch, d, per_iter, off, carried, **kw)
+        ref = ref_gate_moments(e, batch, d, per_iter, off, carried, **kw)
+        for g, r in zip(got, ref):
+            np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
