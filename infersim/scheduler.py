@@ -402,20 +402,32 @@ def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random"):
 
 def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
     """A rank's mean carried backlog (ISL tokens) from the one of a rank fed by a compound Poisson
-    stream of prompts (arrays, d broadcast). Under the balanced router (``Engine.rank_router``) a
-    rank's prompts arrive as its own slots free up: each of its slots is a renewal process (request after request, each
-    living its output's decode iterations), and their superposition, Poisson over one period, counts
-    over many periods with the variance of the output length's SCV c² (the index of dispersion of a
-    renewal process), not 1. The backlog, which integrates many periods, scales as the prompt
-    tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson one."""
-    if router != "balanced" or not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
+    stream of prompts (arrays, d broadcast). The backlog, which integrates many periods, scales as
+    the prompt tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson
+    one, c² the index of dispersion of the rank's arrival count. Under the balanced router
+    (``Engine.rank_router``, d > 1) a rank's prompts arrive as its own slots free up: each of its
+    slots is a renewal process (request after request, each living its output's decode iterations),
+    and their superposition, Poisson over one period, counts over many periods with the variance of
+    the output length's SCV c², not 1. Otherwise the instance's own arrivals set it: renewal
+    arrivals with c_a² (``stats.arrival_scv``) thinned over d ranks at random, c² = 1 + (c_a² − 1)/d
+    (a load balancer that deals requests to instances in turn makes each one's arrivals smoother
+    than Poisson, c_a² = 1/N over N instances)."""
+    if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog
-    c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
-    factor = min((var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, 1.0)
+    d = np.asarray(d)
     backlog = np.asarray(backlog, dtype=float)
-    with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
-        return np.where((np.asarray(d) > 1) & np.isfinite(backlog), backlog * factor, backlog)
+    out = backlog
+    if stats.arrival_scv != 1.0:
+        c2 = np.maximum(1.0 + (stats.arrival_scv - 1.0) / np.maximum(d, 1), 0.0)
+        with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
+            out = np.where(np.isfinite(backlog), backlog * (var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, backlog)
+    if router != "balanced":
+        return out
+    c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
+    factor = min((var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, 1.0)
+    with np.errstate(invalid="ignore"):
+        return np.where((d > 1) & np.isfinite(backlog), backlog * factor, out)
 
 
 def balanced_waiting(engine, stats: WorkloadStats, d, cap, count):
@@ -931,9 +943,14 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     s_sq = s_mean * s_mean * stats.isl_sq / stats.isl_mean**2  # S ∝ prompt length
     big_mean, big_var = big_mean * prompt_scale, big_var * prompt_scale**2
     # renewal arrivals (c_a² ≠ 1): a rank's count per period has variance (1 + (c_a² − 1)/d) × its
-    # mean (thinning by 1/d), the busiest rank's tokens that much more
-    big_var_a = big_var + (stats.arrival_scv - 1.0) * n / (d * d) * (stats.isl_mean * prompt_scale) ** 2 \
-        if stats.arrival_scv != 1.0 else big_var
+    # mean (thinning by 1/d), the busiest rank's tokens that much more; smooth ones (c_a² < 1) take
+    # it down to at most the prompts' own spread, E[N]·Var[ISL], the Var[ISL]/E[ISL²] share of the
+    # Poisson variance (a token budget's capped variance too: the count's excess is the uncapped
+    # one, and subtracting it whole drove the variance, the period and TTFT below zero)
+    big_var_a = big_var
+    if stats.arrival_scv != 1.0:
+        excess = (stats.arrival_scv - 1.0) * n / (d * d) * (stats.isl_mean * prompt_scale) ** 2
+        big_var_a = np.maximum(big_var + excess, big_var * (1.0 - stats.isl_mean**2 / stats.isl_sq))
     # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
     s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
     # stall of one more prompt on the busiest rank (the requests that come with a tagged one)
@@ -1233,23 +1250,29 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     s_var = np.maximum(s_sq - s_mean**2, 0.0)
     idle = np.exp(-np.asarray(batch, dtype=float))
     busy = 1.0 - idle
+    # renewal arrivals: the requests that arrive together with a tagged one number e_n more than
+    # Poisson's λ·E[C*] on average (``serving.palm_excess``: > 0 bursty, < 0 smooth, never below
+    # −λ·E[C*]); they enter where the co-arrivals are counted
+    e_n, v_n = palm_excess(ca2, rate * c_star) if ca2 != 1.0 else (0.0, 0.0)
+    s_extra = s_mean if s_extra is None else s_extra
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
+    if ca2 != 1.0:
+        b_mean = b_mean + e_n * s_extra
     one_rank = np.asarray(d) == 1
     if first is not None:  # chunked, one rank: the admitting iteration prefills one take, the K after it the rest
-        b_mean = np.where(one_rank, 0.5 * c_star + t_d + first(rate * c_star / d), b_mean)
+        co = rate * c_star / d if ca2 == 1.0 else np.maximum(rate * c_star / d + e_n, 0.0)
+        b_mean = np.where(one_rank, 0.5 * c_star + t_d + first(co), b_mean)
     if tagged is not None:  # the admitting iteration's stall from its prompt count (``engine_queue``)
         where, stall = tagged
-        b_mean = np.where(where, 0.5 * c_star + t_d + stall(1.0 + rate * c_star), b_mean)
+        co = rate * c_star if ca2 == 1.0 else np.maximum(rate * c_star + e_n, 0.0)
+        b_mean = np.where(where, 0.5 * c_star + t_d + stall(1.0 + co), b_mean)
     if one:
         x_next_var = s_var + rate * s_sq * c_star
     else:
         x_next_var = np.where(d > 1, s_tok * s_tok * big_var * c_star / c_mean + s_var / d, s_var + rate * s_sq * c_star)
     b_var = c_cube / c_mean / 12.0 + x_next_var + (0.5 + rho) ** 2 * c_star_var
-    if ca2 != 1.0:  # the requests that arrive together with a tagged one (serving.palm_excess)
-        e_n, v_n = palm_excess(ca2, rate * c_star)
-        s_extra = s_mean if s_extra is None else s_extra
-        b_mean = b_mean + e_n * s_extra
-        b_var = b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean)
+    if ca2 != 1.0:  # a count's variance is never below zero: Var = λ·E[C*] + v_n ≥ 0
+        b_var = np.maximum(b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean), 0.0)
     i_mean = t_d + s_mean
     if budget_wait is None:
         ttft_mean = busy * b_mean + idle * i_mean
