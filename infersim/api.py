@@ -159,8 +159,10 @@ def _latency_slack(res: Result, i: int, j: int, limits) -> float | None:
 
 
 REFINE_BISECTIONS = 6
-"""Bisection steps of ``refine_best`` where its secant (or bound) try breaks a limit: the placed
-batch is then within 2⁻⁶ of the gap to the failed try below the largest that holds."""
+"""Most steps of ``refine_best``'s bracket search where its secant (or bound) try breaks a limit
+(regula falsi on latency slacks, else bisection, which then leaves the placed batch within 2⁻⁶ of
+the gap to the failed try below the largest that holds); the search also ends once the bracket is
+that narrow or a held try is within ``REFINE_SLACK`` of its latency limit."""
 
 
 def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadStats) -> tuple[Result, int] | None:
