@@ -60,3 +60,25 @@ def test_no_search_above_a_point_on_the_batch_cap(single_batch_calls):
     p = api.predict("l40s", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v4.1", tp=4)
     assert p.config["batch"] == p.plan.engine.max_batch_size == 1024
     assert single_batch_calls == []
+
+
+@pytest.mark.parametrize("hw,model,rnd,tp,dp", [
+    ("b200", "llama2-70b", "v6.0", 1, 1),       # chunked budget
+    ("h200-sxm", "mixtral-8x7b", "v5.1", 1, 1),
+    ("b200", "deepseek-r1", "v6.0", 8, 8),      # attention DP, non-chunked budget
+    ("l40s", "llama2-70b", "v4.1", 4, 1),       # the batch cap binds
+])
+def test_offline_batch_bound_is_where_offline_limits_break(hw, model, rnd, tp, dp):
+    from infersim import optimizations as opt
+    from infersim.api import base_plan, selection
+    from infersim.query import Query
+
+    scenario_id = f"mlperf-{model}-offline"
+    q = Query.build(hw, model, scenario_id, 8, round=rnd, tp=tp, dp=dp)
+    plan = opt.apply_all(base_plan(q.inputs, q.software, q.layout), selection(q).variants()[0])
+    stats = WorkloadStats.from_workload(q.inputs.scenario.workload, q.inputs.model)
+    lay = Layout(tp=tp, pp=1, ep=tp if q.inputs.model.is_moe else 1, dp=dp)
+    bound = scheduler.offline_batch_bound(plan, lay, stats)
+    assert np.isfinite(bound) and bound > 0
+    ok, _ = scheduler.offline_limits(plan, lay, np.array([bound * (1 - 1e-9), bound * (1 + 1e-6)]), stats)
+    assert ok.ravel().tolist() == [True, False]
