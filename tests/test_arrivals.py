@@ -94,25 +94,33 @@ def test_poisson_limit_is_continuous():
             assert float(getattr(near, k)[0]) == pytest.approx(float(getattr(base, k)[0]), rel=2e-3), (c, k)
 
 
-def test_engine_with_attention_ranks_orders_burstiness_as_its_des():
+def engine_against_des(d: int, budget: str, load: float, ca2s):
+    """tests/test_scheduler.py's engine (gate off) with d ranks and ``budget`` at ``load`` of its
+    capacity: (closed form, DES) per arrival dispersion in ``ca2s`` (20,000 requests, seed 3)."""
     import sys
-    from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parent))
     import test_scheduler as ts
     from infersim import scheduler
 
-    d, eng = 8, ts.engine_for(8, "off", "none")
-    b, rate = ts.capacity(d, "off", "none")
+    eng = ts.engine_for(d, "off", budget)
+    b, rate = ts.capacity(d, "off", budget)
     i = int(np.argmax(rate))
-    batch = float(np.interp(0.6 * rate[i], rate[: i + 1], b[: i + 1]))
-    model, sim = [], []
-    for ca2 in (0.5, 1.0, 4.0):
+    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
+    out = []
+    for ca2 in ca2s:
         st = dataclasses.replace(ts.stats(), arrival_scv=ca2)
         pre = lambda n, imb: ts.S_TOK * st.isl_mean * imb / d  # noqa: E731
         r = scheduler.engine_queue(eng, d, np.atleast_1d(batch), st, 1.0, Q, ts.decode_time, pre)
-        s = des.simulate_engine(float(r.rate[0]), d, eng, ts.decode_time, ts.S_TOK, (st.isl_points, st.isl_probs),
-                                ts.OSL, n_requests=20_000, seed=3, arrival_scv=ca2)
+        out.append((r, des.simulate_engine(float(r.rate[0]), d, eng, ts.decode_time, ts.S_TOK,
+                                           (st.isl_points, st.isl_probs), ts.OSL, n_requests=20_000, seed=3,
+                                           arrival_scv=ca2)))
+    return out
+
+
+def test_engine_with_attention_ranks_orders_burstiness_as_its_des():
+    model, sim = [], []
+    for ca2, (r, s) in zip((0.5, 1.0, 4.0), engine_against_des(8, "none", 0.6, (0.5, 1.0, 4.0))):
         model.append(float(r.ttft_p99[0]))
         sim.append(s.ttft_p)
         assert model[-1] == pytest.approx(sim[-1], rel=0.15), (ca2, model[-1], sim[-1])
@@ -276,25 +284,8 @@ def test_chunked_budget_backlog_follows_the_arrivals_dispersion(load):
     # (Kingman, ``scheduler.rank_backlog``). Measured against the DES (20,000 requests, seed 3):
     # c_a² = 0.25 mean / p99 TTFT +11 / +11 % at 60 % load, +15 / +8 % at 90 % (Poisson's backlog:
     # +12 / +24 %, +39 / +62 %); c_a² = 4 −22 / −26 % and −31 / −34 % (−23 / −51 %, −56 / −72 %).
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import test_scheduler as ts
-    from infersim import scheduler
-
-    d, eng = 1, ts.engine_for(1, "off", "chunk512")
-    b, rate = ts.capacity(1, "off", "chunk512")
-    i = int(np.argmax(rate))
-    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
-    got = {}
-    for ca2 in (0.25, 1.0, 4.0):
-        st = dataclasses.replace(ts.stats(), arrival_scv=ca2)
-        pre = lambda n, imb: ts.S_TOK * st.isl_mean * imb / d  # noqa: E731
-        r = scheduler.engine_queue(eng, d, np.atleast_1d(batch), st, 1.0, Q, ts.decode_time, pre)
-        s = des.simulate_engine(float(r.rate[0]), d, eng, ts.decode_time, ts.S_TOK, (st.isl_points, st.isl_probs),
-                                ts.OSL, n_requests=20_000, seed=3, arrival_scv=ca2)
-        got[ca2] = (float(r.ttft_mean[0]), float(r.ttft_p99[0]), s.ttft_mean, s.ttft_p)
+    got = {ca2: (float(r.ttft_mean[0]), float(r.ttft_p99[0]), s.ttft_mean, s.ttft_p)
+           for ca2, (r, s) in zip((0.25, 1.0, 4.0), engine_against_des(1, "chunk512", load, (0.25, 1.0, 4.0)))}
     m, p, sm, sp = got[0.25]
     assert m == pytest.approx(sm, rel=0.20) and p == pytest.approx(sp, rel=0.20)
     m, p, sm, sp = got[4.0]
