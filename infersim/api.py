@@ -138,24 +138,23 @@ class Prediction:
         return d
 
 
-def _slack(res: Result, i: int, j: int, limits) -> float:
+def _latency_slack(res: Result, i: int, j: int, limits, finite: bool = True) -> float | None:
     """How far point (i, j) is inside the latency ``limits`` (``grid.latency_limits``): the smallest
-    1 − p99/limit (negative outside); −1 where a limit other than latency breaks (memory, batch
-    cap, token budget, a saturated queue), where no latency figure says how far."""
-    if not res.ok[i, j] and Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}:
-        return -1.0
-    vals = [1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / limit_s
-            for _, key, limit_s in limits]
-    return min(vals) if vals else (0.0 if res.ok[i, j] else -1.0)
-
-
-def _latency_slack(res: Result, i: int, j: int, limits) -> float | None:
-    """``_slack`` where it measures a latency (finite, the point within its latency limits or
-    breaking one of them), else None."""
+    1 − p99/limit (negative outside); None where no latency figure says how far (no latency limits,
+    or a limit other than latency breaks: memory, batch cap, token budget, a saturated queue) and,
+    with ``finite``, where the figure is not finite."""
     if not limits or (not res.ok[i, j] and Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}):
         return None
-    v = _slack(res, i, j, limits)
-    return v if np.isfinite(v) else None
+    v = min(1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / limit_s
+            for _, key, limit_s in limits)
+    return None if finite and not np.isfinite(v) else v
+
+
+def _slack(res: Result, i: int, j: int, limits) -> float:
+    """``_latency_slack`` as is (not finite included), else 0 at a point within its limits and −1
+    at one outside them."""
+    v = _latency_slack(res, i, j, limits, finite=False)
+    return v if v is not None else (0.0 if res.ok[i, j] else -1.0)
 
 
 REFINE_BISECTIONS = 6

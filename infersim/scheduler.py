@@ -415,17 +415,20 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
     if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
+
+    def kingman(c2):  # the backlog's factor at count dispersion c2
+        return (var_isl + c2 * stats.isl_mean**2) / stats.isl_sq
+
     d = np.asarray(d)
     backlog = np.asarray(backlog, dtype=float)
     out = backlog
     if stats.arrival_scv != 1.0:
         c2 = np.maximum(1.0 + (stats.arrival_scv - 1.0) / np.maximum(d, 1), 0.0)
         with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
-            out = np.where(np.isfinite(backlog), backlog * (var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, backlog)
+            out = np.where(np.isfinite(backlog), backlog * kingman(c2), backlog)
     if router != "balanced":
         return out
-    c2 = max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)
-    factor = min((var_isl + c2 * stats.isl_mean**2) / stats.isl_sq, 1.0)
+    factor = min(kingman(max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)), 1.0)
     with np.errstate(invalid="ignore"):
         return np.where((d > 1) & np.isfinite(backlog), backlog * factor, out)
 
