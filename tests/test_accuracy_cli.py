@@ -151,3 +151,24 @@ def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_fold
     for bad in ("0", "1001"):
         refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--max-nfev", bad])
         assert refused.exit_code == 2 and "--max-nfev" in refused.stderr and "[1, 1000]" in refused.stderr
+
+
+def test_calibrate_jacobian_flag_is_passed_and_checked(runner, monkeypatch):
+    """--jacobian picks the fit's Jacobian (default: by the start, ``accuracy.JACOBIAN``)."""
+    from infersim import accuracy
+
+    seen = []
+    real = accuracy.calibrate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **{**kwargs, "max_nfev": 1})
+
+    monkeypatch.setattr(accuracy, "calibrate", spy)
+    for flags in ([], ["--jacobian", "difference"]):
+        result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--format", "json", *flags])
+        assert result.exit_code == 0, result.output
+    assert "jacobian" not in seen[0] and seen[1]["jacobian"] == "difference"
+    assert accuracy.JACOBIAN == {"current": "secant", "default": "difference"}
+    refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--jacobian", "broyden"])
+    assert refused.exit_code == 2 and "--jacobian" in refused.stderr and "secant" in refused.stderr

@@ -609,11 +609,18 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     fun = residuals
                     total = budget * (n_groups + 1)
                 prog.start(f"{phase}: {len(params)} parameters on {len(fit)} frontier rows (pass {outer + 1})", total)
-                res = least_squares(fun, x, bounds=(0.0, 1.0), method="trf", loss="soft_l1", f_scale=f_scale,
-                                    x_scale=1.0, max_nfev=budget, ftol=2e-3, xtol=2e-3, gtol=1e-6, **kw)
+                while True:
+                    res = least_squares(fun, x, bounds=(0.0, 1.0), method="trf", loss="soft_l1", f_scale=f_scale,
+                                        x_scale=1.0, max_nfev=budget, ftol=2e-3, xtol=2e-3, gtol=1e-6, **kw)
+                    budget -= res.nfev
+                    x = np.clip(res.x, 0.0, 1.0)
+                    if jacobian != "secant" or res.status == 0 or budget < 1 or jac.updates == 0:
+                        break
+                    # a tolerance met on secant slopes may be the slopes' fault (steps rejected until
+                    # the region shrank): go on from a fresh difference, stop where that one stops
+                    jac.restart()
                 if jacobian == "secant":
                     previous = jac.jac
-                x = np.clip(res.x, 0.0, 1.0)
                 message = res.message
                 budget_stop = res.status == 0  # scipy: the function-evaluation budget was reached
                 if not pin_choices:

@@ -77,6 +77,10 @@ class SecantJacobian:
         self.differences = 0
         self._seen: dict[bytes, np.ndarray] = {}
 
+    def restart(self) -> None:
+        """Form the finite difference again at the next call."""
+        self.jac, self.x, self.f, self.updates = None, None, None, 0
+
     def tracked(self, x: np.ndarray) -> np.ndarray:
         """``fun(x)``, remembered for the Jacobian call that may follow at the same point."""
         f = np.asarray(self._fun(x), dtype=float)
