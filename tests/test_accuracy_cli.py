@@ -169,6 +169,6 @@ def test_calibrate_jacobian_flag_is_passed_and_checked(runner, monkeypatch):
         result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--format", "json", *flags])
         assert result.exit_code == 0, result.output
     assert "jacobian" not in seen[0] and seen[1]["jacobian"] == "difference"
-    assert accuracy.JACOBIAN == {"current": "secant", "default": "difference"}
+    assert accuracy.JACOBIAN["current"][0] == "secant"
     refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--jacobian", "broyden"])
     assert refused.exit_code == 2 and "--jacobian" in refused.stderr and "secant" in refused.stderr

@@ -296,7 +296,7 @@ def _median_ape(values: Sequence[float | None], published: np.ndarray) -> float 
     return stats([abs(v / p - 1) * 100 for v, p in zip(values, published) if v is not None])[0]
 
 
-JACOBIAN = {"current": "secant", "default": "difference"}
+JACOBIAN: dict[str, tuple[str, int | None]] = {"current": ("secant", None), "default": ("difference", None)}
 """Jacobian of a fit by its start. From the current values (near the fit's optimum, the everyday
 command) one finite difference and secant updates: 20 evaluations, 43-52 s where the difference at
 every step took 80 evaluations and 187-210 s (2026-11-28, 5 iterations, bundled rows and operating
@@ -320,7 +320,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
               runner: Runner | None = None, phase: str = "fit",
               operating_points: Sequence[OpRow] | str | os.PathLike | bool | None = None, op_weight: float = 1.0,
               op_amplification: float = OP_AMPLIFICATION,
-              jacobian: Literal["secant", "difference"] | None = None) -> CalibrationResult:
+              jacobian: Literal["secant", "difference"] | None = None, refresh: int | None = None
+              ) -> CalibrationResult:
     """Fit hardware efficiencies (and round maturities) to the frontier rows of ``rows``.
 
     Parameters
@@ -361,6 +362,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         updates along the optimizer's steps (``jacobian.SecantJacobian``); ``difference``: a
         grouped finite difference at every accepted step (scipy's). Default (None):
         ``JACOBIAN[start]``.
+    refresh : with ``secant``, form the finite difference again after this many secant updates
+        (None: once per pass; default with ``jacobian`` None: ``JACOBIAN[start]``'s).
 
     Returns
     -------
@@ -368,9 +371,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     """
     from scipy.optimize import least_squares
 
-    jacobian = jacobian or JACOBIAN[start]
+    if jacobian is None:
+        jacobian, refresh = JACOBIAN[start][0], refresh if refresh is not None else JACOBIAN[start][1]
     if jacobian not in ("secant", "difference"):
         raise SpecError(f"jacobian must be 'secant' or 'difference' (got {jacobian!r})")
+    if refresh is not None and not (isinstance(refresh, int) and refresh >= 1):
+        raise SpecError(f"refresh must be a positive number of secant updates (got {refresh!r})")
     t0 = time.perf_counter()
     prog = progress or Progress()
     rows = as_rows(rows)
@@ -600,7 +606,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 budget = max_nfev if outer == 0 else max(1, max_nfev // 2)
                 if jacobian == "secant":
                     # the second pass starts from the first's slopes: re-pinning moves a few rows
-                    jac = SecantJacobian(residuals, sparsity, diff_step, initial=previous)
+                    jac = SecantJacobian(residuals, sparsity, diff_step, initial=previous, refresh=refresh)
                     kw = {"jac": jac}
                     fun = jac.tracked
                     total = budget + (n_groups if previous is None else 0)
