@@ -482,7 +482,7 @@ def calibrate_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --cv: draw each fold kind's held-out errors (predicted/published against published tokens/s) to this .png, .svg or .pdf file."),
     from_defaults: bool = typer.Option(False, "--from-defaults", help="Start every fitted value from its documented default instead of the profiles' current values, with the cross-validation folds' iteration budget (how the shipped values were fitted; minutes, not seconds)."),
     max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Optimizer iterations (scipy max_nfev, 1-1000; default: calibrate's own, or the folds' budget with --from-defaults). A larger budget runs the fit towards convergence; the table says whether it stopped at the budget."),
-    jacobian: Optional[str] = typer.Option(None, "--jacobian", help="secant (one finite difference, then secant updates: the default from the current values) or difference (a finite difference at every step: the default with --from-defaults)."),
+    jacobian: Optional[str] = typer.Option(None, "--jacobian", help="secant (one finite difference, then secant updates; by default with a fresh difference every third update under --from-defaults) or difference (a finite difference at every step: slower, how the shipped values were fitted)."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 

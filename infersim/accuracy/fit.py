@@ -296,14 +296,21 @@ def _median_ape(values: Sequence[float | None], published: np.ndarray) -> float 
     return stats([abs(v / p - 1) * 100 for v, p in zip(values, published) if v is not None])[0]
 
 
-JACOBIAN: dict[str, tuple[str, int | None]] = {"current": ("secant", None), "default": ("difference", None)}
-"""Jacobian of a fit by its start. From the current values (near the fit's optimum, the everyday
-command) one finite difference and secant updates: 20 evaluations, 43-52 s where the difference at
-every step took 80 evaluations and 187-210 s (2026-11-28, 5 iterations, bundled rows and operating
-points). From the documented defaults (the shipped values, every cross-validation fold) the path is
-long and curved and the secant slopes fall behind: at 8 iterations 5.89 / 21.4 % frontier median /
-p90 and 5 bound findings in 104 s, 5.27 / 20.7 % with a fresh difference every third step, against
-the difference's 4.71 / 18.3 % and 2 findings in about 400 s; so the difference stays there."""
+JACOBIAN: dict[str, tuple[str, int | None]] = {"current": ("secant", None), "default": ("secant", 3)}
+"""Jacobian of a fit by its start: (kind, secant updates between fresh differences). Measured
+2026-11-28 on the bundled rows and operating points, 2-core machine:
+
+- from the current values (the everyday command, near the fit's optimum): one difference and
+  secant updates, 20 evaluations and 43-52 s where the difference at every step took 80 and 210 s;
+  its output 5.11 / 18.22 % frontier median / p90, 2.45 / 13.69 % operating points, against the
+  difference's 4.69 / 19.16 % and 2.29 / 12.18 %.
+- from the documented defaults (every cross-validation fold, ``--from-defaults``), a long and
+  curved path on which secant slopes alone fall behind (8 iterations: 5.89 / 21.4 %, five bound
+  findings): a fresh difference every third update. 5.27 / 20.7 % in 104 s, the difference
+  5.57 / 19.8 % in 418 s; cross-validation by round and by model 606 s where the difference took
+  2,305 s, at 8.0 / 26.1 % and 9.9 / 27.4 % held out (README, Accuracy).
+
+The shipped values were fitted with the difference at every step (``--jacobian difference``)."""
 
 CV_MAX_NFEV = 8
 """Optimizer evaluations of a fit from the documented defaults: each cross-validation fold's, and
