@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="operating points fitted beside the throughput rows: 'bundled' (data/mlperf_operating_points.csv), "
                          "'none', or a CSV path")
     ap.add_argument("--op-weight", type=float, default=None, help="weight of an operating-point residual (default: calibrate's)")
+    ap.add_argument("--jacobian", choices=("secant", "difference"), default=None,
+                    help="the fits' Jacobian (default: by the start, infersim.accuracy.JACOBIAN)")
+    ap.add_argument("--refresh", type=int, default=None, help="with --jacobian secant: a fresh difference after this many updates")
     args = ap.parse_args(argv)
 
     data = args.data or str(accuracy.bundled_data())
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"json: {accuracy.write_text(args.json, report.to_json())}")
     ops = {"bundled": True, "none": None}.get(args.operating_points, args.operating_points)
     op_kw = {"operating_points": ops} | ({} if args.op_weight is None else {"op_weight": args.op_weight})
+    op_kw |= {k: v for k, v in (("jacobian", args.jacobian), ("refresh", args.refresh)) if v is not None}
     if args.calibrate:
         print("\n== calibration on all frontier rows (in-sample) ==")
         t = time.perf_counter()

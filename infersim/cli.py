@@ -482,6 +482,7 @@ def calibrate_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", help="With --cv: draw each fold kind's held-out errors (predicted/published against published tokens/s) to this .png, .svg or .pdf file."),
     from_defaults: bool = typer.Option(False, "--from-defaults", help="Start every fitted value from its documented default instead of the profiles' current values, with the cross-validation folds' iteration budget (how the shipped values were fitted; minutes, not seconds)."),
     max_nfev: Optional[int] = typer.Option(None, "--max-nfev", help="Optimizer iterations (scipy max_nfev, 1-1000; default: calibrate's own, or the folds' budget with --from-defaults). A larger budget runs the fit towards convergence; the table says whether it stopped at the budget."),
+    jacobian: Optional[str] = typer.Option(None, "--jacobian", help="secant (one finite difference, then secant updates; by default with a fresh difference every third update under --from-defaults) or difference (a finite difference at every step: slower, how the shipped values were fitted)."),
 ) -> None:
     """Fit the named efficiency parameters (hardware) and maturity factors (round presets) to the data.
 
@@ -493,6 +494,8 @@ def calibrate_cmd(
         raise SpecError("give either --out DIR or --in-place, not both")
     if max_nfev is not None and not 1 <= max_nfev <= 1000:
         raise SpecError(f"--max-nfev must be an integer in [1, 1000] optimizer iterations (got {max_nfev})")
+    if jacobian is not None and jacobian not in ("secant", "difference"):
+        raise SpecError(f"--jacobian must be 'secant' or 'difference' (got {jacobian!r})")
     if plot is not None:
         if not cv:
             raise SpecError("--plot draws the cross-validation: give --cv with it")
@@ -507,6 +510,8 @@ def calibrate_cmd(
         fit_kwargs = {"start": "default", "max_nfev": accuracy.CV_MAX_NFEV} if from_defaults else {}
         if max_nfev is not None:
             fit_kwargs["max_nfev"] = max_nfev
+        if jacobian is not None:
+            fit_kwargs["jacobian"] = jacobian
         res = accuracy.calibrate(rows, hardware or None, cv=cv, progress=progress, operating_points=ops,
                                  parameters=accuracy.parse_parameters(parameters) or accuracy.DEFAULT_PARAMETERS,
                                  **fit_kwargs)

@@ -124,10 +124,9 @@ def test_calibrate_cv_plot_is_written_and_its_refusals(runner, tmp_path):
     assert refused.exit_code == 2 and "--force" in refused.stderr and mine.read_bytes() == b"not a plot"
 
 
-def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_folds_budget(runner, tmp_path, monkeypatch):
-    """--from-defaults fits the way each cross-validation fold does (documented defaults, the folds'
-    iteration budget), the procedure the shipped values come from; without it the fit starts from
-    the profiles' current values."""
+@pytest.fixture
+def calibrate_calls(monkeypatch):
+    """The keywords of each ``accuracy.calibrate`` call the CLI makes (each run with one evaluation)."""
     from infersim import accuracy
 
     seen = []
@@ -138,6 +137,16 @@ def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_fold
         return real(*args, **{**kwargs, "max_nfev": 1})
 
     monkeypatch.setattr(accuracy, "calibrate", spy)
+    return seen
+
+
+def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_folds_budget(runner, calibrate_calls):
+    """--from-defaults fits the way each cross-validation fold does (documented defaults, the folds'
+    iteration budget), the procedure the shipped values come from; without it the fit starts from
+    the profiles' current values."""
+    from infersim import accuracy
+
+    seen = calibrate_calls
     for flags in ([], ["--from-defaults"]):
         result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--format", "json", *flags])
         assert result.exit_code == 0, result.output
@@ -151,3 +160,17 @@ def test_calibrate_from_defaults_starts_every_value_at_its_default_with_the_fold
     for bad in ("0", "1001"):
         refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--max-nfev", bad])
         assert refused.exit_code == 2 and "--max-nfev" in refused.stderr and "[1, 1000]" in refused.stderr
+
+
+def test_calibrate_jacobian_flag_is_passed_and_checked(runner, calibrate_calls):
+    """--jacobian picks the fit's Jacobian (default: by the start, ``accuracy.JACOBIAN``)."""
+    from infersim import accuracy
+
+    seen = calibrate_calls
+    for flags in ([], ["--jacobian", "difference"]):
+        result = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--format", "json", *flags])
+        assert result.exit_code == 0, result.output
+    assert "jacobian" not in seen[0] and seen[1]["jacobian"] == "difference"
+    assert accuracy.JACOBIAN["current"][0] == "secant"
+    refused = runner.invoke(app, ["calibrate", "--data", str(SMALL), "--jacobian", "broyden"])
+    assert refused.exit_code == 2 and "--jacobian" in refused.stderr and "secant" in refused.stderr

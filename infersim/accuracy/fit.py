@@ -27,6 +27,7 @@ from .data import PredictionKey, Row, as_rows, data_label, frontier_mask, row_ke
 from .params import (HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS, Parameter, bound_findings, check_names,
                      hardware_parameters, monotone_violations, round_values, step_support)
 from .params import round_parameters as _round_params
+from .jacobian import SecantJacobian, column_groups
 from .progress import Progress
 from .result import CalibrationResult
 from .oppoints import OpRow, bundled_data, load_op_rows, usable
@@ -106,6 +107,9 @@ def slope_occupancies(ops: Sequence[OpRow], idx: Sequence[int]) -> tuple[float, 
     that order (``op_residual``'s two TPOTs)."""
     return tuple(ops[i].occupancy * f for i in idx for f in (1.0, 1.0 + OP_SLOPE_STEP))
 
+
+SNAP = 1e-12
+"""Relative difference below which a trial value is its start value (round-off of the [0, 1] scaling)."""
 
 SIGNIFICANT_DIGITS = 4
 """Fitted values are rounded to this many significant digits before they are reported or written."""
@@ -292,6 +296,23 @@ def _median_ape(values: Sequence[float | None], published: np.ndarray) -> float 
     return stats([abs(v / p - 1) * 100 for v, p in zip(values, published) if v is not None])[0]
 
 
+JACOBIAN: dict[str, tuple[str, int | None]] = {"current": ("secant", None), "default": ("secant", 3)}
+"""Jacobian of a fit by its start: (kind, secant updates between fresh differences). Measured
+2026-11-28 on the bundled rows and operating points, 2-core machine:
+
+- from the current values (the everyday command, near the fit's optimum): one difference and
+  secant updates, 20 evaluations and 43-52 s where the difference at every step took 80 and 210 s;
+  its output 5.11 / 18.22 % frontier median / p90, 2.45 / 13.69 % operating points, against the
+  difference's 4.69 / 19.16 % and 2.29 / 12.18 %.
+- from the documented defaults (every cross-validation fold, ``--from-defaults``), a long and
+  curved path on which secant slopes alone fall behind (8 iterations: 5.89 / 21.4 %, five bound
+  findings): a fresh difference every third update. 5.27 / 20.7 % in 104 s, the difference
+  5.57 / 19.8 % in 418 s; cross-validation by round and by model 606 s where the difference took
+  2,272 s, held out 8.0 / 26.1 % and 9.9 / 27.4 % against 8.5 / 25.6 % and 9.8 / 29.7 % (README,
+  Accuracy): the same within the folds' path noise.
+
+The shipped values were fitted with the difference at every step (``--jacobian difference``)."""
+
 CV_MAX_NFEV = 8
 """Optimizer evaluations of a fit from the documented defaults: each cross-validation fold's, and
 the shipped values' (``infersim calibrate --from-defaults``)."""
@@ -306,7 +327,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
               progress: Progress | None = None, workers: int | None = None, transfer: bool = True,
               runner: Runner | None = None, phase: str = "fit",
               operating_points: Sequence[OpRow] | str | os.PathLike | bool | None = None, op_weight: float = 1.0,
-              op_amplification: float = OP_AMPLIFICATION) -> CalibrationResult:
+              op_amplification: float = OP_AMPLIFICATION,
+              jacobian: Literal["secant", "difference"] | None = None, refresh: int | None = None
+              ) -> CalibrationResult:
     """Fit hardware efficiencies (and round maturities) to the frontier rows of ``rows``.
 
     Parameters
@@ -343,6 +366,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     op_weight : weight of an operating-point residual relative to a throughput row's.
     op_amplification : cap of the load amplification applied to each operating-point residual
         (``op_residual``); 1 fits the step cost at the measured occupancy unamplified.
+    jacobian : ``secant``: one grouped finite difference (``diff_step``), then sparse Broyden
+        updates along the optimizer's steps (``jacobian.SecantJacobian``); ``difference``: a
+        grouped finite difference at every accepted step (scipy's). Default (None):
+        ``JACOBIAN[start]``.
+    refresh : with ``secant``, form the finite difference again after this many secant updates
+        (None: once per pass; default with ``jacobian`` None: ``JACOBIAN[start]``'s).
 
     Returns
     -------
@@ -350,6 +379,12 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
     """
     from scipy.optimize import least_squares
 
+    if jacobian is None:
+        jacobian, refresh = JACOBIAN[start][0], refresh if refresh is not None else JACOBIAN[start][1]
+    if jacobian not in ("secant", "difference"):
+        raise SpecError(f"jacobian must be 'secant' or 'difference' (got {jacobian!r})")
+    if refresh is not None and not (isinstance(refresh, int) and refresh >= 1):
+        raise SpecError(f"refresh must be a positive number of secant updates (got {refresh!r})")
     t0 = time.perf_counter()
     prog = progress or Progress()
     rows = as_rows(rows)
@@ -397,15 +432,19 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         ops = [o for o in ops if op_locks.get(o.key) is not None and o.key.preset in base_rnd]
         op_measured = np.array([o.tpot_s for o in ops])
 
+        def op_tasks(hw, rnd) -> list[tuple]:
+            """One ``Runner.tpot_at`` task per key, output length and engine settings of ``ops``
+            (``op_groups``' order), over all its occupancies."""
+            return [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k], slope_occupancies(ops, idx), osl,
+                     settings) for (k, osl, settings), idx in op_groups(ops).items()]
+
         def op_eval(hw, rnd) -> list[float | None]:
             """Model mean TPOT per operating point at its steady occupancy and (1 + ``OP_SLOPE_STEP``)
             times it, at the run's own mean output length; one evaluation per key and output length
             over all its occupancies."""
             groups = op_groups(ops)
-            tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k], slope_occupancies(ops, idx), osl,
-                       settings) for (k, osl, settings), idx in groups.items()]
             out: list[tuple[float, float] | None] = [None] * len(ops)
-            for idx, res in zip(groups.values(), run.predict_many(tasks_)):
+            for idx, res in zip(groups.values(), run.predict_many(op_tasks(hw, rnd))):
                 vals = res.value or (None,) * (2 * len(idx))
                 for n, i in enumerate(idx):
                     out[i] = None if vals[2 * n] is None else (vals[2 * n], vals[2 * n + 1])
@@ -482,20 +521,34 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 for r, vals in round_values([params[j] for j in st_idx], [th[j] for j in st_idx], anchor,
                                             reference).items():
                     rnd[r].update(vals)
+            # a value that differs from its start value by round-off only (scaling there and back)
+            # is the start value, so that trial points at the start read the start's predictions
+            for out, base in ((hw, base_hw), (rnd, base_rnd)):
+                for owner, vals in out.items():
+                    for n, v in vals.items():
+                        b = base[owner].get(n)
+                        if b is not None and v != b and abs(v - b) <= SNAP * abs(b):
+                            vals[n] = b
             return hw, rnd
 
         x0 = np.array([p.scale(p.initial) for p in params])
         xp = np.array([p.scale(p.prior) for p in params])
         locks: dict[PredictionKey, Lock | None] = {}
         if pin_choices:
-            locks = {fr.key: o.lock for fr, o in zip(fit, run.predict_many(tasks(base_hw, base_rnd)))}
+            searched = run.predict_many(tasks(base_hw, base_rnd))
+            locks = {fr.key: o.lock for fr, o in zip(fit, searched)}
+            # the search pinned to what the full search chose is that search's outcome: the first
+            # evaluation reads it instead of pricing the chosen configurations again
+            for task, o in zip(tasks(base_hw, base_rnd, locks), searched):
+                run.remember(task, o)
         n_eval = 0
 
         def residuals(x: np.ndarray) -> np.ndarray:
             nonlocal n_eval
             n_eval += 1
             hw, rnd = values_of(x)
-            outs = run.predict_many(tasks(hw, rnd, locks))
+            own = tasks(hw, rnd, locks)
+            outs = run.predict_many(own + op_tasks(hw, rnd))[:len(own)]  # one batch: the workers finish together
             values = [o.value for o in outs]
             prog.advance(_median_ape(values, published))
             r = np.array([math.log(v / p) if v is not None else INFEASIBLE_RESIDUAL for v, p in zip(values, published)])
@@ -503,6 +556,45 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             r_op = np.array([op_weight * (op_residual(v, m, op_amplification) if v is not None
                                           else -INFEASIBLE_RESIDUAL) for v, m in zip(t_op, op_measured)])
             return np.concatenate([r, r_op, prior_weight * (x - xp)])
+
+        fitted_rnd = {params[j].owner for j in st_idx}
+        moe_fit, moe_ops = _moe_only(fit, ops)
+        moe_rounds = {fr.key.preset for fr in moe_fit} | {o.key.preset for o in moe_ops}
+        # every round's file values: the neighbours the fit leaves alone keep them
+        file_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)} \
+            if names_r else {}
+        fitted_hw = {params[j].owner for j in hw_idx}
+        # written with the shared values; a profile with too few rows of its own is not: its other
+        # parameters were never fitted (``transfer_prior`` gives it the sibling's tied values)
+        fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw and d not in skipped}
+
+        def reported(x: np.ndarray):
+            """The values written for ``x``: rounded, an unexercised MoE parameter at the fitted
+            profiles' median, a round without MoE evidence held (``moe_without_evidence``); with
+            the notes those substitutions add."""
+            hw, rnd = values_of(x)
+            added = []
+            moe_held = set()
+            if "moe_kernel_efficiency" in names_r:
+                moe_held = moe_without_evidence({**file_rnd, **rnd}, fitted_rnd - moe_rounds, reference)
+            hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if run.base_hardware(h).has_efficiency(n)}
+                            for h in sorted(fitted_hw)}
+            for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
+                fitted_n = [hardware_out[params[j].owner][n] for j in hw_idx if params[j].name == n]
+                if not fitted_n:
+                    continue
+                value = round_sig(float(np.median(fitted_n)))
+                for h in sorted(h for h, m in unexercised if m == n and h in hardware_out):
+                    for g in [h] + [d for d, c in share.items() if c == h and d in hardware_out]:
+                        hardware_out[g][n] = value
+                    added.append(f"{h}.{n}: no MoE row or operating point on this die in the fit; the median of "
+                                 f"the {len(fitted_n)} fitted profiles ({value:g}) in place of its documented default")
+            presets_out = {r: {n: round_sig(rnd[r][n]) for n in names_r} for r in rounds_all if r in fitted_rnd}
+            for h in hardware_out:
+                hw[h] = {**hw[h], **hardware_out[h]}
+            for r in presets_out:
+                rnd[r] = {**rnd[r], **presets_out[r]}
+            return hw, rnd, hardware_out, presets_out, moe_held, added
 
         message = "no free parameters"
         budget_stop = False
@@ -516,19 +608,38 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     sparsity[i, j] = (p.owner == key.hardware or ties.get((key.hardware, p.name), ("",))[0] == p.owner) \
                         if p.kind == "hardware" else (key.preset in reach[j])
             sparsity[n_res:, :] = np.eye(len(params), dtype=bool)
+            n_groups = len(column_groups(sparsity))
+            previous = None
             for outer in range(2 if pin_choices else 1):
                 budget = max_nfev if outer == 0 else max(1, max_nfev // 2)
-                prog.start(f"{phase}: {len(params)} parameters on {len(fit)} frontier rows (pass {outer + 1})",
-                           budget * 15)
-                res = least_squares(residuals, x, jac="2-point", jac_sparsity=sparsity, bounds=(0.0, 1.0),
-                                    method="trf", loss="soft_l1", f_scale=f_scale, x_scale=1.0, diff_step=diff_step,
-                                    max_nfev=budget, ftol=2e-3, xtol=2e-3, gtol=1e-6)
-                x = np.clip(res.x, 0.0, 1.0)
+                if jacobian == "secant":
+                    # the second pass starts from the first's slopes: re-pinning moves a few rows
+                    jac = SecantJacobian(residuals, sparsity, diff_step, initial=previous, refresh=refresh)
+                    kw = {"jac": jac}
+                    fun = jac.tracked
+                    total = budget + (n_groups if previous is None else 0)
+                else:
+                    kw = {"jac": "2-point", "jac_sparsity": sparsity, "diff_step": diff_step}
+                    fun = residuals
+                    total = budget * (n_groups + 1)
+                prog.start(f"{phase}: {len(params)} parameters on {len(fit)} frontier rows (pass {outer + 1})", total)
+                while True:
+                    res = least_squares(fun, x, bounds=(0.0, 1.0), method="trf", loss="soft_l1", f_scale=f_scale,
+                                        x_scale=1.0, max_nfev=budget, ftol=2e-3, xtol=2e-3, gtol=1e-6, **kw)
+                    budget -= res.nfev
+                    x = np.clip(res.x, 0.0, 1.0)
+                    if jacobian != "secant" or res.status == 0 or budget < 1 or jac.updates == 0:
+                        break
+                    # a tolerance met on secant slopes may be the slopes' fault (steps rejected until
+                    # the region shrank): go on from a fresh difference, stop where that one stops
+                    jac.restart()
+                if jacobian == "secant":
+                    previous = jac.jac
                 message = res.message
                 budget_stop = res.status == 0  # scipy: the function-evaluation budget was reached
                 if not pin_choices:
                     break
-                hw, rnd = values_of(x)
+                hw, rnd = reported(x)[:2]  # the values the final search will price: one search serves both
                 new = {fr.key: o.lock for fr, o in zip(fit, run.predict_many(tasks(hw, rnd)))}
                 new_op = {o.key: out.lock for o, out in zip(ops, run.predict_many(
                     [(o.key, _vals(hw[o.hardware]), _vals(rnd[o.key.preset]), OP_SEARCH) for o in ops]))}
@@ -539,37 +650,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 locks = new
                 op_locks.update(new_op)
 
-        hw, rnd = values_of(x)
-        fitted_rnd = {params[j].owner for j in st_idx}
-        moe_fit, moe_ops = _moe_only(fit, ops)
-        moe_rounds = {fr.key.preset for fr in moe_fit} | {o.key.preset for o in moe_ops}
-        # every round's file values: the neighbours the fit leaves alone keep them
-        file_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in names_r} for r in _all_rounds(presets_dir)} \
-            if names_r else {}
-        moe_held = set()
-        if "moe_kernel_efficiency" in names_r:
-            moe_held = moe_without_evidence({**file_rnd, **rnd}, fitted_rnd - moe_rounds, reference)
-        fitted_hw = {params[j].owner for j in hw_idx}
-        # written with the shared values; a profile with too few rows of its own is not: its other
-        # parameters were never fitted (``transfer_prior`` gives it the sibling's tied values)
-        fitted_hw |= {d for (d, _), (c, _) in ties.items() if c in fitted_hw and d not in skipped}
-        hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if run.base_hardware(h).has_efficiency(n)}
-                        for h in sorted(fitted_hw)}
-        for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
-            fitted_n = [hardware_out[params[j].owner][n] for j in hw_idx if params[j].name == n]
-            if not fitted_n:
-                continue
-            value = round_sig(float(np.median(fitted_n)))
-            for h in sorted(h for h, m in unexercised if m == n and h in hardware_out):
-                for g in [h] + [d for d, c in share.items() if c == h and d in hardware_out]:
-                    hardware_out[g][n] = value
-                notes.append(f"{h}.{n}: no MoE row or operating point on this die in the fit; the median of the "
-                             f"{len(fitted_n)} fitted profiles ({value:g}) in place of its documented default")
-        presets_out = {r: {n: round_sig(rnd[r][n]) for n in names_r} for r in rounds_all if r in fitted_rnd}
-        for h in hardware_out:
-            hw[h] = {**hw[h], **hardware_out[h]}
-        for r in presets_out:
-            rnd[r] = {**rnd[r], **presets_out[r]}
+        hw, rnd, hardware_out, presets_out, moe_held, added = reported(x)
+        notes += added
         prog.start(f"{phase}: final full search", len(fit))
         after_values = [o.value for o in run.predict_many(tasks(hw, rnd))]
         after = stats([abs(v / fr.row.tokens_per_s - 1) * 100 for fr, v in zip(fit, after_values) if v is not None])
@@ -680,5 +762,5 @@ def _all_rounds(presets_dir) -> list[str]:
     return preset_rounds(presets_dir)
 
 
-__all__ = ["calibrate", "DEFAULT_PARAMETERS", "KNEE_PARAMETERS", "PHYSICAL_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "FitRow", "fit_rows",
+__all__ = ["calibrate", "JACOBIAN", "DEFAULT_PARAMETERS", "KNEE_PARAMETERS", "PHYSICAL_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "FitRow", "fit_rows",
            "hardware_defaults", "round_defaults", "round_sig"]

@@ -62,6 +62,7 @@ class Runner:
         self._presets: dict[tuple[str, Values], Any] = {}
         self._hardware: dict[tuple[str, Values], Any] = {}
         self.cache: dict[tuple, Outcome] = {}
+        self._cost: dict[tuple, float] = {}
         self.calls = 0
         self.pool = None
         self.workers = 1
@@ -115,8 +116,9 @@ class Runner:
         scenario's output lengths scaled to mean ``osl_mean`` where given (a run's own) and the
         run's own engine settings and layout where ``run`` gives them (``run_settings.run_fields``)."""
         ckey = (key, hw_values, round_values, lock, occupancy, osl_mean, run)
-        hit = self.cache.get(ckey)
+        hit = self._lookup(ckey)
         if hit is not None:
+            self.cache[ckey] = hit
             return hit
         self.calls += 1
         if occupancy is not None:
@@ -128,6 +130,22 @@ class Runner:
             out = self._predict(key, hw_values, round_values, None)  # pinned choices refused: search them
         self.cache[ckey] = out
         return out
+
+    def _lookup(self, ckey: tuple) -> Outcome | None:
+        """The cached outcome of ``ckey``; for a search that only switches optional transforms off,
+        also the unrestricted search's cached outcome at the same values where that applied none
+        of them (its best configuration is then also the restricted search's: the same candidates
+        but the disabled ones, priced alike)."""
+        hit = self.cache.get(ckey)
+        if hit is not None:
+            return hit
+        key, hw_values, round_values, lock, occupancy = ckey[:5]
+        if lock is None or occupancy is not None or lock.enable or lock.mtp_depth or lock.layout is not None:
+            return None
+        full = self.cache.get((key, hw_values, round_values, None, None, None, ()))
+        if full is None or full.lock is None or set(lock.disable) & set(full.lock.enable):
+            return None
+        return full
 
     def _predict(self, key, hw_values, round_values, lock) -> Outcome:
         from .. import api
@@ -227,14 +245,19 @@ class Runner:
     # ---- many predictions ---------------------------------------------------------------------
     def predict_many(self, tasks: Sequence[tuple], progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
         """``predict(*task)`` for each task; uncached ones in the pool when one is running."""
-        todo = list(dict.fromkeys(t for t in tasks if self._ckey(t) not in self.cache))
+        todo = list(dict.fromkeys(t for t in tasks if self._lookup(self._ckey(t)) is None))
         if self.pool is not None and len(todo) >= 2 * self.workers:
             global _POOL_RUNNER
             _POOL_RUNNER = self  # workers fork at the pool's first use and inherit this
+            # the costliest first (by the same task's last time under other values), so that the
+            # workers finish together
+            todo.sort(key=lambda t: -self._cost.get(self._shape(t), math.inf))
             try:
-                chunk = max(1, len(todo) // (64 * self.workers))  # small chunks: the workers finish together
-                for n, (task, out) in enumerate(zip(todo, self.pool.map(_pool_predict, todo, chunksize=chunk)), 1):
+                chunk = max(1, len(todo) // (64 * self.workers))
+                for n, (task, (out, seconds)) in enumerate(zip(todo, self.pool.map(_pool_predict, todo,
+                                                                                   chunksize=chunk)), 1):
                     self.cache[self._ckey(task)] = out
+                    self._cost[self._shape(task)] = seconds
                     if progress is not None:
                         progress(n, len(todo))
                 self.calls += len(todo)
@@ -247,9 +270,20 @@ class Runner:
                 progress(n, len(tasks))
         return out
 
+    def remember(self, task: tuple, outcome: Outcome) -> None:
+        """Cache ``outcome`` as ``task``'s (an outcome known to be the same, e.g. a full search's for
+        the search pinned to its own choices)."""
+        self.cache[self._ckey(task)] = outcome
+
     @staticmethod
     def _ckey(task: tuple) -> tuple:
         return tuple(task) + ((), (), None, None, None, ())[len(task) - 1:]
+
+    @classmethod
+    def _shape(cls, task: tuple) -> tuple:
+        """A task without its trial values: what its cost depends on."""
+        ckey = cls._ckey(task)
+        return (ckey[0],) + ckey[3:]
 
     def start_pool(self, workers: int) -> None:
         """Predict uncached keys in ``workers`` forked processes (no-op for 1 or without fork)."""
@@ -282,8 +316,9 @@ _POOL_RUNNER: Runner | None = None
 """The runner forked worker processes inherit (set just before the pool's first use)."""
 
 
-def _pool_predict(task: tuple) -> Outcome:
-    return _POOL_RUNNER.predict(*task)
+def _pool_predict(task: tuple) -> tuple[Outcome, float]:
+    t0 = time.perf_counter()
+    return _POOL_RUNNER.predict(*task), time.perf_counter() - t0
 
 
 def default_workers(n_tasks: int) -> int:
