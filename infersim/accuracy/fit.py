@@ -617,7 +617,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     jac = SecantJacobian(residuals, sparsity, diff_step, initial=previous, refresh=refresh)
                     kw = {"jac": jac}
                     fun = jac.tracked
-                    total = budget + (n_groups if previous is None else 0)
+                    differences = (previous is None) + (budget // refresh if refresh else 0)
+                    total = budget + n_groups * differences  # about: a refresh comes after every ``refresh`` steps
                 else:
                     kw = {"jac": "2-point", "jac_sparsity": sparsity, "diff_step": diff_step}
                     fun = residuals
