@@ -302,8 +302,8 @@ JACOBIAN: dict[str, tuple[str, int | None]] = {"current": ("secant", None), "def
 
 - from the current values (the everyday command, near the fit's optimum): one difference and
   secant updates, 20 evaluations and 43-61 s (median 50 s, eight runs) where the difference at
-  every step took 80 and 210 s; its output 5.11 / 18.22 % frontier median / p90, 2.45 / 13.69 % operating points, against the
-  difference's 4.69 / 19.16 % and 2.29 / 12.18 %.
+  every step took 80 and 210 s; its output 5.11 / 18.22 % frontier median / p90, 2.45 / 13.69 %
+  operating points, against the difference's 4.69 / 19.16 % and 2.29 / 12.18 %.
 - from the documented defaults (every cross-validation fold, ``--from-defaults``), a long and
   curved path on which secant slopes alone fall behind (8 iterations: 5.89 / 21.4 %, five bound
   findings): a fresh difference every third update. 5.27 / 20.7 % in 104 s, the difference
