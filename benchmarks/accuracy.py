@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="operating points fitted beside the throughput rows: 'bundled' (data/mlperf_operating_points.csv), "
                          "'none', or a CSV path")
     ap.add_argument("--op-weight", type=float, default=None, help="weight of an operating-point residual (default: calibrate's)")
-    ap.add_argument("--jacobian", choices=("secant", "difference"), default=None,
+    ap.add_argument("--jacobian", choices=accuracy.JACOBIAN_KINDS, default=None,
                     help="the fits' Jacobian (default: by the start, infersim.accuracy.JACOBIAN)")
     ap.add_argument("--refresh", type=int, default=None, help="with --jacobian secant: a fresh difference after this many updates")
     args = ap.parse_args(argv)

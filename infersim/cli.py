@@ -494,8 +494,8 @@ def calibrate_cmd(
         raise SpecError("give either --out DIR or --in-place, not both")
     if max_nfev is not None and not 1 <= max_nfev <= 1000:
         raise SpecError(f"--max-nfev must be an integer in [1, 1000] optimizer iterations (got {max_nfev})")
-    if jacobian is not None and jacobian not in ("secant", "difference"):
-        raise SpecError(f"--jacobian must be 'secant' or 'difference' (got {jacobian!r})")
+    if jacobian is not None and jacobian not in accuracy.JACOBIAN_KINDS:
+        raise SpecError(f"--jacobian must be one of {', '.join(accuracy.JACOBIAN_KINDS)} (got {jacobian!r})")
     if plot is not None:
         if not cv:
             raise SpecError("--plot draws the cross-validation: give --cv with it")

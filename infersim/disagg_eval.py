@@ -193,9 +193,10 @@ def _split(pool: PrefillPool, r_d, s_d, t_d, limit, n: int, domain: int = 1, pin
     each with the most prefill workers P the rest holds without a worker straddling a scale-up
     domain of ``domain`` accelerators (``parallel.packed_second_pool``; ⌊(N − D·s_d)/s_p⌋ for
     ``domain`` 1), served rate min(D·r_d, P·c_p). Returns (rate, P, D, option index).
-    tests/test_parallel.py checks it against exhaustive enumeration. ``pinned`` (P₀, D₀): worker counts a deployment fixes (0: free);
-    with D₀ the prefill workers are the most that fit beside it (exactly P₀ where both are pinned,
-    none where P₀ does not fit), with P₀ alone the decode workers are the most that fit beside it.
+    tests/test_parallel.py checks it against exhaustive enumeration. ``pinned`` (P₀, D₀): worker
+    counts a deployment fixes (0: free); with D₀ the prefill workers are the most that fit beside it
+    (exactly P₀ where both are pinned, none where P₀ does not fit), with P₀ alone the decode workers
+    are the most that fit beside it.
     """
     q = len(pool.size)
     shape = np.broadcast(r_d, t_d).shape

@@ -27,11 +27,11 @@ from .data import PredictionKey, Row, as_rows, data_label, frontier_mask, row_ke
 from .params import (HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS, Parameter, bound_findings, check_names,
                      hardware_parameters, monotone_violations, round_values, step_support)
 from .params import round_parameters as _round_params
-from .jacobian import SecantJacobian, column_groups
+from .jacobian import JACOBIAN_KINDS, SecantJacobian, column_groups
 from .progress import Progress
 from .result import CalibrationResult
 from .oppoints import OpRow, bundled_data, load_op_rows, usable
-from .runner import Lock, Runner, Values, runner_for
+from .runner import Lock, Outcome, Runner, Values, runner_for
 from .summary import stats
 
 DEFAULT_PARAMETERS: tuple[str, ...] = ("compute_fraction", "kv_memory_fraction", "attention_fraction", "gemm_overlap",
@@ -381,8 +381,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
 
     if jacobian is None:
         jacobian, refresh = JACOBIAN[start][0], refresh if refresh is not None else JACOBIAN[start][1]
-    if jacobian not in ("secant", "difference"):
-        raise SpecError(f"jacobian must be 'secant' or 'difference' (got {jacobian!r})")
+    if jacobian not in JACOBIAN_KINDS:
+        raise SpecError(f"jacobian must be one of {', '.join(JACOBIAN_KINDS)} (got {jacobian!r})")
     if refresh is not None and not (isinstance(refresh, int) and refresh >= 1):
         raise SpecError(f"refresh must be a positive number of secant updates (got {refresh!r})")
     t0 = time.perf_counter()
@@ -432,27 +432,25 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         ops = [o for o in ops if op_locks.get(o.key) is not None and o.key.preset in base_rnd]
         op_measured = np.array([o.tpot_s for o in ops])
 
-        def op_tasks(hw, rnd) -> list[tuple]:
-            """One ``Runner.tpot_at`` task per key, output length and engine settings of ``ops``
-            (``op_groups``' order), over all its occupancies."""
-            return [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k], slope_occupancies(ops, idx), osl,
-                     settings) for (k, osl, settings), idx in op_groups(ops).items()]
-
-        def op_eval(hw, rnd) -> list[float | None]:
+        def op_eval(hw, rnd, alongside: Sequence[tuple] = ()) -> tuple[list, list[Outcome]]:
             """Model mean TPOT per operating point at its steady occupancy and (1 + ``OP_SLOPE_STEP``)
-            times it, at the run's own mean output length; one evaluation per key and output length
-            over all its occupancies."""
+            times it, at the run's own mean output length (one ``Runner.tpot_at`` task per key, output
+            length and engine settings over all its occupancies), and the outcomes of the tasks
+            ``alongside``, predicted in the same batch so that the workers finish together."""
             groups = op_groups(ops)
+            tasks_ = [(k, _vals(hw[k.hardware]), _vals(rnd[k.preset]), op_locks[k], slope_occupancies(ops, idx), osl,
+                       settings) for (k, osl, settings), idx in groups.items()]
+            outs = run.predict_many(list(alongside) + tasks_)
             out: list[tuple[float, float] | None] = [None] * len(ops)
-            for idx, res in zip(groups.values(), run.predict_many(op_tasks(hw, rnd))):
+            for idx, res in zip(groups.values(), outs[len(alongside):]):
                 vals = res.value or (None,) * (2 * len(idx))
                 for n, i in enumerate(idx):
                     out[i] = None if vals[2 * n] is None else (vals[2 * n], vals[2 * n + 1])
-            return out
+            return out, outs[:len(alongside)]
 
         def op_tpot(hw, rnd) -> list[float | None]:
             """``op_eval``'s TPOT at the steady occupancies only."""
-            return [None if v is None else v[0] for v in op_eval(hw, rnd)]
+            return [None if v is None else v[0] for v in op_eval(hw, rnd)[0]]
 
         op_first = op_tpot(base_hw, base_rnd)
         keep_ops = [i for i, v in enumerate(op_first) if v is not None]
@@ -547,12 +545,10 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             nonlocal n_eval
             n_eval += 1
             hw, rnd = values_of(x)
-            own = tasks(hw, rnd, locks)
-            outs = run.predict_many(own + op_tasks(hw, rnd))[:len(own)]  # one batch: the workers finish together
+            t_op, outs = op_eval(hw, rnd, alongside=tasks(hw, rnd, locks))
             values = [o.value for o in outs]
             prog.advance(_median_ape(values, published))
             r = np.array([math.log(v / p) if v is not None else INFEASIBLE_RESIDUAL for v, p in zip(values, published)])
-            t_op = op_eval(hw, rnd)
             r_op = np.array([op_weight * (op_residual(v, m, op_amplification) if v is not None
                                           else -INFEASIBLE_RESIDUAL) for v, m in zip(t_op, op_measured)])
             return np.concatenate([r, r_op, prior_weight * (x - xp)])
@@ -608,7 +604,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                     sparsity[i, j] = (p.owner == key.hardware or ties.get((key.hardware, p.name), ("",))[0] == p.owner) \
                         if p.kind == "hardware" else (key.preset in reach[j])
             sparsity[n_res:, :] = np.eye(len(params), dtype=bool)
-            n_groups = len(column_groups(sparsity))
+            n_groups = len(column_groups(sparsity))  # the progress bar's estimate
             previous = None
             for outer in range(2 if pin_choices else 1):
                 budget = max_nfev if outer == 0 else max(1, max_nfev // 2)

@@ -17,6 +17,9 @@ import numpy as np
 
 Residuals = Callable[[np.ndarray], np.ndarray]
 
+JACOBIAN_KINDS = ("secant", "difference")
+"""The fit's Jacobians: ``SecantJacobian``, or a grouped finite difference at every step (scipy's)."""
+
 
 def column_groups(sparsity: np.ndarray) -> list[list[int]]:
     """Columns split into groups whose rows do not overlap (greedy, widest columns first), so one
@@ -39,12 +42,13 @@ def column_groups(sparsity: np.ndarray) -> list[list[int]]:
 
 
 def forward_difference(fun: Residuals, x: np.ndarray, f0: np.ndarray, sparsity: np.ndarray, step: float,
-                       lower: float = 0.0, upper: float = 1.0) -> np.ndarray:
+                       lower: float = 0.0, upper: float = 1.0, groups: list[list[int]] | None = None) -> np.ndarray:
     """Grouped one-sided difference of ``fun`` at ``x`` (``f0 = fun(x)``): each column stepped by
-    ``step`` (away from the upper bound where the step would cross it), one ``fun`` call per group."""
+    ``step`` (away from the upper bound where the step would cross it), one ``fun`` call per group
+    (``groups``: ``column_groups(sparsity)``, computed here when not given)."""
     sparsity = np.asarray(sparsity, dtype=bool)
     jac = np.zeros((f0.size, x.size))
-    for group in column_groups(sparsity):
+    for group in groups if groups is not None else column_groups(sparsity):
         h = np.zeros_like(x)
         for j in group:
             h[j] = step if x[j] + step <= upper or x[j] - step < lower else -step
@@ -68,6 +72,7 @@ class SecantJacobian:
                  initial: np.ndarray | None = None):
         self._fun = fun
         self.sparsity = np.asarray(sparsity, dtype=bool)
+        self.groups = column_groups(self.sparsity)
         self.step = float(step)
         self.refresh = refresh
         self.jac = None if initial is None else np.array(initial, dtype=float)
@@ -75,7 +80,7 @@ class SecantJacobian:
         self.f: np.ndarray | None = None
         self.updates = 0
         self.differences = 0
-        self._seen: dict[bytes, np.ndarray] = {}
+        self._last: tuple[bytes, np.ndarray] | None = None
 
     def restart(self) -> None:
         """Form the finite difference again at the next call."""
@@ -84,19 +89,18 @@ class SecantJacobian:
     def tracked(self, x: np.ndarray) -> np.ndarray:
         """``fun(x)``, remembered for the Jacobian call that may follow at the same point."""
         f = np.asarray(self._fun(x), dtype=float)
-        self._seen = {np.asarray(x, dtype=float).tobytes(): f}  # only the last point is ever asked for
+        self._last = (np.asarray(x, dtype=float).tobytes(), f)  # only the last point is ever asked for
         return f
 
     def _residuals_at(self, x: np.ndarray) -> np.ndarray:
-        f = self._seen.get(x.tobytes())
-        return f if f is not None else self.tracked(x)
+        return self._last[1] if self._last is not None and self._last[0] == x.tobytes() else self.tracked(x)
 
     def __call__(self, x: np.ndarray, *_) -> np.ndarray:
         x = np.asarray(x, dtype=float)
         f = self._residuals_at(x)
         stale = self.refresh is not None and self.updates >= self.refresh
         if self.jac is None or stale:
-            self.jac = forward_difference(self._fun, x, f, self.sparsity, self.step)
+            self.jac = forward_difference(self._fun, x, f, self.sparsity, self.step, groups=self.groups)
             self.differences += 1
             self.updates = 0
         elif self.x is not None:
@@ -119,4 +123,4 @@ def schubert_update(jac: np.ndarray, sparsity: np.ndarray, dx: np.ndarray, df: n
     return out
 
 
-__all__ = ["SecantJacobian", "column_groups", "forward_difference", "schubert_update"]
+__all__ = ["JACOBIAN_KINDS", "SecantJacobian", "column_groups", "forward_difference", "schubert_update"]
