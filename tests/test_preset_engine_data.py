@@ -354,3 +354,33 @@ def test_v50_llama31_405b_engine_is_the_next_rounds_recipe(hw, scenario):
     assert (e50.max_batch_size, e50.max_num_tokens, e50.graph_sizes) == (e51.max_batch_size, e51.max_num_tokens, e51.graph_sizes)
     assert e50.max_num_tokens < 8192 and e50.graph_sizes == ()
     assert v50.engine_for("llama2-70b", scenario, hw).max_num_tokens == 8192
+
+
+def _amd_layouts(benchmark: str, system_has: str) -> set[tuple[int, int]]:
+    """(tensor_parallel_size, GPUs per instance) of every v5.1 run of ``benchmark`` on a system
+    whose name holds ``system_has`` (instances × GPUs per instance = the system's GPUs)."""
+    seen = set()
+    with open(SETTINGS, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if r["version"] == "v5.1" and r["benchmark"].startswith(benchmark) and system_has in r["system"].upper():
+                seen.add((int(r["tensor_parallel_size"]), int(r["total_accelerators"]) // int(r["instances"])))
+    return seen
+
+
+@pytest.mark.parametrize("model", ["llama2-70b", "mixtral-8x7b"])
+@pytest.mark.parametrize("hw,system_has", [("mi300x", "MI300X"), ("mi325x", "MI325X")])
+def test_v51_amd_runs_one_tp1_engine_per_gpu_as_their_configs(model, hw, system_has):
+    """Every v5.1 AMD-harness run of Llama-2-70B and Mixtral on MI300X / MI325X ran one TP1 engine per
+    GPU (mlperf_engine_settings.csv): the preset's recipe pins that layout for every scenario, so the
+    search cannot pick a layout none of the runs used (the Interactive search had picked TP8 and
+    predicted the AMD MI300X run +46 %)."""
+    from infersim import api
+
+    assert _amd_layouts(model, system_has) == {(1, 1)}
+    for kind in ("offline", "server", "interactive"):
+        r = load_preset("v5.1").recipe_for(model, kind, hw)
+        assert (r.tp, r.pp) == (1, 1), kind
+    p = api.predict(hw, "llama2-70b", "mlperf-llama2-70b-interactive", 8, round="v5.1")
+    g = p.result
+    assert set(g.layouts["tp"][np.any(g.ok, axis=-1)].tolist()) == {1}
+    assert np.all(g.layouts["pp"] == 1) and p.config["replicas"] == 8
