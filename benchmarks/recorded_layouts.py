@@ -25,63 +25,50 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def recorded_layout(settings: dict[str, str], moe: bool):
-    """(tp, pp, ep, dp) from a run's engine-settings row, or None where it is not recorded or the
-    run was disaggregated."""
-    from infersim.run_settings import _num
+def by_result(known: dict) -> dict[tuple, dict[str, str]]:
+    """Engine settings keyed as a published result names its run: (version, submitter, system,
+    model ID without the -99 / -99.9 accuracy suffix, scenario in lower case)."""
+    from infersim.accuracy.oppoints import model_id
 
-    if settings.get("serving_mode", "").strip().startswith("disagg"):
-        return None
-    tp, pp, ep = (_num(settings.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size", "moe_expert_parallel_size"))
-    if tp is None or (moe and ep is None):
-        return None
-    dp = tp if settings.get("enable_attention_dp", "").strip().lower() == "true" else 1
-    return int(tp), int(pp or 1), int(ep or 1) if moe else 1, int(dp)
-
-
-def settings_for(row, known: dict) -> dict[str, str] | None:
-    """The engine-settings row of a published result (its benchmark is the model ID with or
-    without the -99 / -99.9 accuracy suffix; the first that matches)."""
-    c = row.columns
-    for suffix in ("", "-99", "-99.9"):
-        key = (c.get("version", ""), c.get("submitter", ""), c.get("system", ""), row.model + suffix, row.scenario.capitalize())
-        if key in known:
-            return known[key]
-    return None
+    return {(v, sub, sys_, model_id(b), sc.lower()): s for (v, sub, sys_, b, sc), s in known.items()}
 
 
 def main() -> None:
     import numpy as np
 
     from infersim import api
-    from infersim.accuracy import load_rows, validate
-    from infersim.run_settings import load_engine_settings
+    from infersim.accuracy import frontier_mask, load_rows
+    from infersim.accuracy.data import row_keys
+    from infersim.run_settings import load_engine_settings, recorded_layout
     from infersim.specs import catalog
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--all", action="store_true", help="print every row with a recorded layout")
     a = ap.parse_args()
     t0 = time.perf_counter()
-    report = validate(load_rows(ROOT / "data" / "mlperf_llm_results.csv"))
-    known = load_engine_settings()
+    rows = load_rows(ROOT / "data" / "mlperf_llm_results.csv")
+    settings = by_result(load_engine_settings())
     searched, pinned = [], []
     print(f"{'row':62s} {'published':>10s} {'searched':>20s} {'err %':>7s}   {'recorded':>16s} {'err %':>7s}")
-    for res in report.results:
-        row = res.row
-        if not res.frontier or res.predicted is None or row.version not in ("v5.1", "v6.0"):
+    for row, front, key in zip(rows, frontier_mask(rows), row_keys(rows)):
+        if not front or isinstance(key, str) or row.version not in ("v5.1", "v6.0"):
             continue
-        s = settings_for(row, known)
-        moe = catalog.load("model", row.model).moe is not None
-        lay = recorded_layout(s, moe) if s else None
+        s = settings.get((row.version, row.columns.get("submitter", ""), row.columns.get("system", ""), row.model,
+                          row.scenario))
+        if s is None or s.get("serving_mode", "").strip().startswith("disagg"):
+            continue
+        lay = recorded_layout(s, catalog.load("model", row.model).moe is not None)
         if lay is None:
             continue
+        best = api.predict(row.hardware, row.model, row.scenario_id, row.accelerators, round=key.preset)
+        if not best.feasible:
+            continue
         tp, pp, ep, dp = lay
-        p = api.predict(row.hardware, row.model, row.scenario_id, row.accelerators, round=res.preset,
+        p = api.predict(row.hardware, row.model, row.scenario_id, row.accelerators, round=key.preset,
                         disable=["disagg"], tp=tp, pp=pp, ep=ep, dp=dp)
-        best = api.predict(row.hardware, row.model, row.scenario_id, row.accelerators, round=res.preset)
         c = best.config
         got = (c.get("tp"), c.get("pp"), c.get("ep"), c.get("dp"))
-        e_search = 100.0 * (res.predicted / row.tokens_per_s - 1.0)
+        e_search = 100.0 * (float(best.metrics["tokens_per_s"]) / row.tokens_per_s - 1.0)
         value = float(p.metrics.get("tokens_per_s", 0.0)) if p.feasible else 0.0
         e_pin = 100.0 * (value / row.tokens_per_s - 1.0) if value > 0 else float("nan")
         searched.append(abs(e_search))

@@ -107,6 +107,22 @@ def run_engine(engine, settings: dict[str, str]):
     return replace(engine, **kw)
 
 
+def recorded_layout(settings: dict[str, str], moe: bool) -> tuple[int, int, int, int] | None:
+    """(tp, pp, ep, dp) a run's config records: ``tensor_parallel_size``, ``pipeline_parallel_size``
+    (default 1), ``moe_expert_parallel_size`` (required for MoE models, 1 for dense ones), attention
+    DP over the TP ranks where ``enable_attention_dp``. None where a field is missing or a dense
+    model records expert parallelism."""
+    tp, pp, ep = (_num(settings.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                   "moe_expert_parallel_size"))
+    if tp is None or (moe and ep is None):
+        return None
+    ep = ep or 1.0
+    if not moe and ep != 1.0:
+        return None
+    dp = tp if settings.get("enable_attention_dp", "").strip().lower() == "true" else 1.0
+    return int(tp), int(pp or 1.0), int(ep), int(dp)
+
+
 def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict[str, Any] | None:
     """The run's own instance layout where its config gives it: ``tensor_parallel_size``,
     ``pipeline_parallel_size`` (default 1), ``moe_expert_parallel_size`` (required for MoE models,
@@ -118,18 +134,10 @@ def run_layout(plan, settings: dict[str, str], stats, accelerators: int) -> dict
     from . import parallel
     from .graph import Layout
 
-    tp, pp, ep = (_num(settings.get(k)) for k in ("tensor_parallel_size", "pipeline_parallel_size",
-                                                   "moe_expert_parallel_size"))
-    if tp is None:
+    own = recorded_layout(settings, plan.model.moe is not None)
+    if own is None:
         return None
-    pp = pp or 1.0
-    if plan.model.moe is not None and ep is None:
-        return None
-    ep = ep or 1.0
-    if plan.model.moe is None and ep != 1.0:
-        return None
-    dp = tp if settings.get("enable_attention_dp", "").strip().lower() == "true" else 1.0
-    tp, pp, ep, dp = int(tp), int(pp), int(ep), int(dp)
+    tp, pp, ep, dp = own
     replicas = accelerators // (tp * pp)
     lay = Layout(tp=tp, pp=pp, ep=ep, dp=dp)
     ok, _ = parallel.layout_feasibility(plan.model, lay, accelerators)
@@ -220,5 +228,5 @@ def run_disagg(plan, settings: dict[str, str], stats, accelerators: int):
     return plan, {"decode": dec, "decode_workers": d_n, "prefill": pre, "prefill_workers": p_n, "max_batch": b_max}
 
 
-__all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout",
+__all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "recorded_layout", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout",
            "apply_run", "run_disagg", "DISAGG_FIELDS"]
