@@ -1,0 +1,93 @@
+"""How a harness hands arriving requests to several instances (``plan.Engine.instance_dispatch``).
+
+Every MLPerf harness in front of several instances gives a request to the instance with the fewest
+in flight (NVIDIA harness_llm ``traffic_distribution_policy`` default loadBalancing, llmlib Server
+``load_balancing``, AMD harness_llm ``shortest_queue``; llmlib deals Interactive ``round_robin``).
+An instance then sees one arrival in N, not a Poisson stream thinned at random: dealt in turn its
+gaps are Erlang-N (c_a² = 1/N), and the closed form takes load balancing at that value
+(``scheduler.instance_arrival_scv``). The closed form's renewal arrivals are checked against the
+DES in tests/test_arrivals.py (c_a² 0.25 into a chunked budget: mean TTFT within 20 %)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from infersim import api, scheduler
+from infersim.graph import Layout
+from infersim.optimizations.presets import load_preset
+from infersim.plan import Engine
+from infersim.serving import WorkloadStats
+from infersim.specs import catalog
+
+
+def test_random_dispatch_keeps_the_arrivals_and_dealing_divides_by_the_instances():
+    assert scheduler.instance_arrival_scv(Engine(), 1.0, 8) == 1.0
+    for how in ("round_robin", "load_balancing"):
+        e = Engine(instance_dispatch=how)
+        got = scheduler.instance_arrival_scv(e, 1.0, np.array([[1.0], [4.0], [8.0]]))
+        np.testing.assert_allclose(np.ravel(got), [1.0, 0.25, 0.125])
+        assert float(scheduler.instance_arrival_scv(e, 4.0, 2.0)) == 2.0  # a bursty stream dealt in turn
+
+
+def _plan(engine_update=None):
+    p = api.predict("b300", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v6.0", tp=2, pp=1, batch=20.0)
+    plan = p.plan
+    if engine_update is not None:
+        plan = dataclasses.replace(plan, engine=dataclasses.replace(plan.engine, **engine_update))
+    stats = WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama3.1-405b-server").workload)
+    return plan, Layout(tp=2, pp=1, ep=1, dp=1), stats
+
+
+def test_dealt_arrivals_are_the_renewal_model_at_one_over_n():
+    plan, lay, stats = _plan({"instance_dispatch": "round_robin"})
+    b = np.array([10.0, 20.0, 30.0])
+    dealt = scheduler.server(plan, lay, b, stats, 99.0, workers=4.0)
+    plan_r, _, _ = _plan({"instance_dispatch": "random"})
+    renewal = scheduler.server(plan_r, lay, b, dataclasses.replace(stats, arrival_scv=0.25), 99.0, workers=4.0)
+    for k in ("rate", "ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"):
+        np.testing.assert_allclose(getattr(dealt, k), getattr(renewal, k), rtol=1e-12)
+    poisson = scheduler.server(plan_r, lay, b, stats, 99.0, workers=4.0)
+    assert np.all(dealt.ttft_mean < poisson.ttft_mean) and np.all(dealt.ttft_p99 < poisson.ttft_p99)
+    one = scheduler.server(plan, lay, b, stats, 99.0, workers=1.0)  # one instance: nothing to deal
+    np.testing.assert_allclose(one.ttft_mean, scheduler.server(plan_r, lay, b, stats, 99.0, workers=1.0).ttft_mean,
+                               rtol=1e-12)
+
+
+def test_instances_per_layout_are_dealt_each_their_own_share():
+    # the search evaluates layouts with different instance counts in one call: each row must get
+    # the c_a² of its own count (array arrivals), the same as a call per row
+    plan, lay, stats = _plan({"instance_dispatch": "load_balancing"})
+    b = np.array([[20.0], [20.0], [20.0]])
+    workers = np.array([[1.0], [2.0], [4.0]])
+    together = scheduler.server(plan, lay, b, stats, 99.0, workers=workers)
+    for i, w in enumerate((1.0, 2.0, 4.0)):
+        alone = scheduler.server(plan, lay, np.array([20.0]), stats, 99.0, workers=w)
+        for k in ("ttft_mean", "ttft_p99", "tpot_p99"):
+            assert float(np.ravel(getattr(together, k))[i]) == pytest.approx(float(getattr(alone, k)[0]), rel=1e-9), (k, w)
+    assert float(np.ravel(together.ttft_mean)[0]) > float(np.ravel(together.ttft_mean)[2])
+
+
+def test_round_presets_dispatch_by_load_as_the_harnesses():
+    for rnd in ("v4.0", "v4.1", "v5.0", "v5.1", "v6.0"):
+        for kind in ("server", "interactive"):
+            assert load_preset(rnd).engine_for("llama2-70b", kind, "h100-sxm").instance_dispatch == "load_balancing"
+
+
+def test_load_balanced_instances_carry_more_under_a_ttft_limit():
+    # NVIDIA's v6.0 B300 Llama 3.1 405B Server engine (TP2 x 4, 1,024-token chunked budget): TTFT
+    # limited, so the smoother arrivals raise the load that meets the 6 s p99
+    base = api.predict("b300", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v6.0", tp=2, pp=1)
+    assert base.config["replicas"] == 4
+    preset = load_preset("v6.0")
+    eng = dataclasses.replace(preset.engine_for("llama3.1-405b", "server", "b300"), instance_dispatch="random")
+    plan = dataclasses.replace(base.plan, engine=eng)
+    lay = Layout(tp=2, pp=1, ep=1, dp=1)
+    stats = WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama3.1-405b-server").workload)
+    b = np.array([base.config["batch"]])
+    rand = scheduler.server(plan, lay, b, stats, 99.0, workers=4.0)
+    dealt = scheduler.server(base.plan, lay, b, stats, 99.0, workers=4.0)
+    assert float(dealt.ttft_p99[0]) < float(rand.ttft_p99[0])
+    assert base.metrics["ttft_s"] <= 6.0 * (1 + 1e-6)
