@@ -91,3 +91,26 @@ def test_load_balanced_instances_carry_more_under_a_ttft_limit():
     dealt = scheduler.server(base.plan, lay, b, stats, 99.0, workers=4.0)
     assert float(dealt.ttft_p99[0]) < float(rand.ttft_p99[0])
     assert base.metrics["ttft_s"] <= 6.0 * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("budget, load", [("none", 0.9), ("flat2048", 0.9), ("chunk512", 0.6), ("chunk512", 0.9)])
+def test_dealt_in_turn_matches_the_des_of_one_instance_in_eight(budget, load):
+    # Dealt in turn over 8 instances, one instance's arrivals are exactly Erlang-8 (every 8th of a
+    # Poisson stream): the DES fed gamma gaps of c_a² = 1/8 is that instance. Measured (20,000
+    # requests, seed 3, tests/test_scheduler.py's engine, one rank): whole prompts (no budget, a
+    # 2,048-token one) mean TTFT +2 / +2 %, p99 +1 / +8 %; chunked 512-token budget +15 / +19 %
+    # mean, +20 / +5 % p99 at 60 / 90 % load (the chunked backlog's closure is pessimistic below
+    # Poisson: +11 / +15 % at c_a² = 0.25, tests/test_arrivals.py). Poisson (c_a² = 1) beside it
+    # waits longer in both.
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_arrivals import engine_against_des
+
+    (r1, s1), (r8, s8) = engine_against_des(1, budget, load, (1.0, 1.0 / 8.0))
+    mean_tol, p99_tol = (0.25, 0.25) if budget == "chunk512" else (0.05, 0.15)
+    assert float(r8.ttft_mean[0]) == pytest.approx(s8.ttft_mean, rel=mean_tol)
+    assert float(r8.ttft_p99[0]) == pytest.approx(s8.ttft_p, rel=p99_tol)
+    assert float(r8.tokens_per_s[0]) == pytest.approx(s8.tokens_per_s, rel=0.05)
+    assert s8.ttft_mean < s1.ttft_mean and float(r8.ttft_mean[0]) < float(r1.ttft_mean[0])
