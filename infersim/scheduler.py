@@ -771,27 +771,37 @@ def rate_states_mix(run, batch, rate_states, q: float) -> EngineResult:
     return res
 
 
-def instance_arrival_scv(engine, scv, workers):
+def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
     """c_a² of one instance's arrivals when the system's (c_a² = ``scv``) are handed to ``workers``
-    instances by ``engine.instance_dispatch`` (arrays broadcast).
+    instances by ``engine.instance_dispatch`` (arrays broadcast); ``osl_scv`` the output length's
+    squared coefficient of variation.
 
     Notes
     -----
-    "random" thinning keeps a renewal stream's c_a² (Poisson stays Poisson). Dealt in turn, an
-    instance's gap is the sum of N system gaps: mean N/λ, variance N·c²/λ², so c_a² = c²/N (Erlang-N
-    from Poisson). The harnesses' "load_balancing" (NVIDIA ``traffic_distribution_policy``: the
-    instance with the fewest requests in flight; AMD ``shortest_queue``) also gives each instance one
-    arrival in N on average; it is taken at the round-robin value, which ignores that it also steers
-    away from an instance whose queue has grown (so it overstates its arrivals' variability)."""
-    if getattr(engine, "instance_dispatch", "random") == "random":
+    "random" thinning keeps a renewal stream's c_a² (Poisson stays Poisson). Dealt in turn
+    ("round_robin"), an instance's gap is the sum of N system gaps: mean N/λ, variance N·c²/λ², so
+    c_a² = c²/N (Erlang-N from Poisson; exact, tests/test_instance_dispatch.py against the DES).
+    "load_balancing" (the instance with the fewest requests in flight: NVIDIA
+    ``traffic_distribution_policy``, AMD ``shortest_queue``) keeps the instances' counts level, so
+    an instance takes a request as one of its own slots frees up, as the balanced rank router does
+    within an engine (``rank_backlog``): its arrivals are the superposition of its slots' renewal
+    processes (request after request, each living its output's decode iterations), whose counts
+    over the many periods a prompt backlog integrates have the dispersion of the output length's
+    SCV. Taken as that, at most the system's c² and at least the round-robin deal's c²/N."""
+    how = getattr(engine, "instance_dispatch", "random")
+    if how == "random":
         return scv
     n = np.maximum(np.asarray(workers, dtype=float), 1.0)
-    return np.asarray(scv, dtype=float) / n
+    dealt = np.asarray(scv, dtype=float) / n
+    if how == "round_robin":
+        return dealt
+    refill = np.minimum(np.asarray(scv, dtype=float) * max(osl_scv, 0.0), np.asarray(scv, dtype=float))
+    return np.where(n > 1, np.maximum(dealt, refill), np.asarray(scv, dtype=float) + 0.0 * n)
 
 
 def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
             workers=1.0, quantiles: bool = True) -> EngineResult:
-    scv = instance_arrival_scv(plan.engine, stats.arrival_scv, workers)
+    scv = instance_arrival_scv(plan.engine, stats.arrival_scv, workers, stats.osl_sq / stats.osl_mean**2 - 1.0)
     if np.any(np.asarray(scv) != stats.arrival_scv):
         stats = replace(stats, arrival_scv=scv)
     dq = 1.0 + plan.serving.draft_depth
