@@ -25,11 +25,17 @@ from infersim.specs import catalog
 
 def test_random_dispatch_keeps_the_arrivals_and_dealing_divides_by_the_instances():
     assert scheduler.instance_arrival_scv(Engine(), 1.0, 8) == 1.0
-    for how in ("round_robin", "load_balancing"):
-        e = Engine(instance_dispatch=how)
-        got = scheduler.instance_arrival_scv(e, 1.0, np.array([[1.0], [4.0], [8.0]]))
-        np.testing.assert_allclose(np.ravel(got), [1.0, 0.25, 0.125])
-        assert float(scheduler.instance_arrival_scv(e, 4.0, 2.0)) == 2.0  # a bursty stream dealt in turn
+    rr = Engine(instance_dispatch="round_robin")
+    got = scheduler.instance_arrival_scv(rr, 1.0, np.array([[1.0], [4.0], [8.0]]))
+    np.testing.assert_allclose(np.ravel(got), [1.0, 0.25, 0.125])
+    assert float(scheduler.instance_arrival_scv(rr, 4.0, 2.0)) == 2.0  # a bursty stream dealt in turn
+    # load balancing: an instance refills its freed slots, its arrivals as dispersed as the output
+    # length (SCV), never smoother than the deal in turn nor burstier than the system's stream
+    lb = Engine(instance_dispatch="load_balancing")
+    got = scheduler.instance_arrival_scv(lb, 1.0, np.array([1.0, 4.0, 8.0]), osl_scv=0.157)
+    np.testing.assert_allclose(got, [1.0, 0.25, 0.157])
+    np.testing.assert_allclose(scheduler.instance_arrival_scv(lb, 1.0, 8.0, osl_scv=0.0), 0.125)
+    np.testing.assert_allclose(scheduler.instance_arrival_scv(lb, 1.0, 8.0, osl_scv=2.0), 1.0)
 
 
 def _plan(engine_update=None):
@@ -114,3 +120,19 @@ def test_dealt_in_turn_matches_the_des_of_one_instance_in_eight(budget, load):
     assert float(r8.ttft_p99[0]) == pytest.approx(s8.ttft_p, rel=p99_tol)
     assert float(r8.tokens_per_s[0]) == pytest.approx(s8.tokens_per_s, rel=0.05)
     assert s8.ttft_mean < s1.ttft_mean and float(r8.ttft_mean[0]) < float(r1.ttft_mean[0])
+
+
+def test_kv_headroom_keeps_the_fluctuating_demand_in_the_cache():
+    from infersim.parallel import kv_headroom_batch
+
+    assert float(kv_headroom_batch(52.0, 1.0, 1.0, 0.0)) == pytest.approx(52.0)  # no margin asked
+    b = float(kv_headroom_batch(52.0, 9770.0, 1.2 * 9770.0**2, 2.326))
+    assert 30.0 < b < 52.0
+    # B·E[C] + z·sqrt(B·E[C²]) lands on the cache
+    assert b * 9770.0 + 2.326 * np.sqrt(b * 1.2 * 9770.0**2) == pytest.approx(52.0 * 9770.0, rel=1e-9)
+    big = float(kv_headroom_batch(5000.0, 1.0, 1.2, 2.326))  # a large cache loses a smaller share
+    assert 1 - big / 5000.0 < 1 - b / 52.0
+    # Server keeps the headroom, Offline (no latency tail to protect) fills the cache
+    srv = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v5.1", tp=2, pp=1)
+    off = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-offline", 8, round="v5.1", tp=2, pp=1)
+    assert srv.config["max_batch"] < off.config["max_batch"]
