@@ -76,24 +76,6 @@ def max_batch(plan: Plan, layout: Layout, context_len, step_tokens):
     return np.maximum(budget, 0.0) / per_seq * layout.dp
 
 
-def kv_headroom_batch(bmax, context_mean: float, context_sq: float, z: float):
-    """Largest mean occupancy B whose KV demand stays within the cache ``bmax`` · E[C] tokens but
-    for a share 1 − Φ(z) of the time (arrays broadcast).
-
-    Notes
-    -----
-    A Server engine's sequences in flight and their contexts fluctuate: the tokens held are a
-    compound Poisson sum with mean B·E[C] and variance B·E[C²] (M/G/∞ occupancy, the running
-    sequences' contexts C, ``WorkloadStats.context_sq``). Where they exceed the cache the engine
-    pauses or evicts sequences (TensorRT-LLM max_util, vLLM preemption), which lands in the latency
-    tails; so B·E[C] + z·√(B·E[C²]) ≤ bmax·E[C]: with r = √E[C²]/E[C] and x = √B,
-    x² + z·r·x − bmax = 0."""
-    r = np.sqrt(context_sq) / context_mean
-    bmax = np.maximum(np.asarray(bmax, dtype=float), 0.0)
-    x = 0.5 * (-z * r + np.sqrt((z * r) ** 2 + 4.0 * bmax))
-    return x * x
-
-
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))

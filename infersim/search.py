@@ -67,11 +67,6 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     bmax = parallel.max_batch(plan, layout, stats.context_mean, step_tokens)
     weights_fit = parallel.kv_budget_per_device(plan, layout, 0.0) > 0
     ok, reason = require(ok, reason, weights_fit, Reason.MEMORY)
-    if getattr(scenario, "kind", "offline") != "offline":  # the KV demand's fluctuation stays in the cache
-        from statistics import NormalDist
-
-        z = NormalDist().inv_cdf(scenario.slo.percentile / 100.0)
-        bmax = parallel.kv_headroom_batch(bmax, stats.context_mean, stats.context_sq, z)
     ok, reason = require(ok, reason, batch <= bmax, Reason.KV_CAPACITY)
     if plan.search.max_batch:
         ok, reason = require(ok, reason, batch <= plan.search.max_batch, Reason.BATCH_LIMIT)

@@ -63,16 +63,6 @@ class WorkloadStats:
         return prompt + self.osl_sq / (2.0 * self.osl_mean)
 
     @property
-    def context_sq(self) -> float:
-        """Mean squared context of a sequence in flight (OSL-length-biased, ISL and OSL independent):
-        E[ISL²] + 2·E[ISL]·E[A] + E[A²], A the tokens generated so far, uniform on [0, OSL] for a
-        sequence drawn ∝ OSL: E[A] = E[OSL²]/(2·E[OSL]), E[A²] = E[OSL³]/(3·E[OSL])."""
-        po, xo = np.asarray(self.osl_probs, dtype=float), np.asarray(self.osl_points, dtype=float)
-        a1 = self.osl_sq / (2.0 * self.osl_mean)
-        a2 = float(np.sum(po * xo**3)) / (3.0 * self.osl_mean) if xo.size else a1 * a1
-        return self.isl_sq + 2.0 * self.isl_mean * a1 + a2
-
-    @property
     def prompt_overshoot(self) -> float:
         """Mean overshoot of the prompts' renewal sum past a token budget, E[ISL²]/(2·E[ISL]): the
         rest of the prompt that crosses a chunked budget, the gap whole prompts leave unused."""

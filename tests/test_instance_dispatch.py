@@ -76,27 +76,30 @@ def test_instances_per_layout_are_dealt_each_their_own_share():
     assert float(np.ravel(together.ttft_mean)[0]) > float(np.ravel(together.ttft_mean)[2])
 
 
-def test_round_presets_dispatch_by_load_as_the_harnesses():
+def test_round_presets_keep_the_random_split_until_the_fit_can_take_the_harness():
+    # The harnesses deal by load (module doc), but with it the fit's capacity error on held-out rows
+    # grows (README, Accuracy, twenty-second session; benchmarks/instance_dispatch.py): the presets
+    # keep "random" and a user sets ``instance_dispatch`` in a preset's engine block
     for rnd in ("v4.0", "v4.1", "v5.0", "v5.1", "v6.0"):
-        for kind in ("server", "interactive"):
-            assert load_preset(rnd).engine_for("llama2-70b", kind, "h100-sxm").instance_dispatch == "load_balancing"
+        assert load_preset(rnd).engine_for("llama2-70b", "server", "h100-sxm").instance_dispatch == "random"
 
 
-def test_load_balanced_instances_carry_more_under_a_ttft_limit():
-    # NVIDIA's v6.0 B300 Llama 3.1 405B Server engine (TP2 x 4, 1,024-token chunked budget): TTFT
-    # limited, so the smoother arrivals raise the load that meets the 6 s p99
+def test_load_balanced_instances_wait_less_for_their_first_token():
+    # NVIDIA's v6.0 B300 Llama 3.1 405B Server engine (TP2 x 4, 1,024-token chunked budget)
     base = api.predict("b300", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v6.0", tp=2, pp=1)
     assert base.config["replicas"] == 4
-    preset = load_preset("v6.0")
-    eng = dataclasses.replace(preset.engine_for("llama3.1-405b", "server", "b300"), instance_dispatch="random")
-    plan = dataclasses.replace(base.plan, engine=eng)
     lay = Layout(tp=2, pp=1, ep=1, dp=1)
     stats = WorkloadStats.from_workload(catalog.load("scenario", "mlperf-llama3.1-405b-server").workload)
     b = np.array([base.config["batch"]])
-    rand = scheduler.server(plan, lay, b, stats, 99.0, workers=4.0)
-    dealt = scheduler.server(base.plan, lay, b, stats, 99.0, workers=4.0)
-    assert float(dealt.ttft_p99[0]) < float(rand.ttft_p99[0])
-    assert base.metrics["ttft_s"] <= 6.0 * (1 + 1e-6)
+    got = {}
+    for how in ("random", "load_balancing", "round_robin"):
+        plan = dataclasses.replace(base.plan, engine=dataclasses.replace(base.plan.engine, instance_dispatch=how))
+        got[how] = scheduler.server(plan, lay, b, stats, 99.0, workers=4.0)
+    # over 4 instances the deal in turn (c_a² 0.25) bounds load balancing, whose slot refills would be
+    # as even as the 405B outputs (SCV 0.16): both give the instance c_a² = 0.25
+    assert float(got["round_robin"].ttft_p99[0]) < float(got["random"].ttft_p99[0])
+    assert float(got["load_balancing"].ttft_p99[0]) == pytest.approx(float(got["round_robin"].ttft_p99[0]), rel=1e-12)
+    assert float(got["random"].ttft_p99[0]) == pytest.approx(float(base.metrics["ttft_s"]), rel=1e-9)
 
 
 @pytest.mark.parametrize("budget, load", [("none", 0.9), ("flat2048", 0.9), ("chunk512", 0.6), ("chunk512", 0.9)])
@@ -121,18 +124,3 @@ def test_dealt_in_turn_matches_the_des_of_one_instance_in_eight(budget, load):
     assert float(r8.tokens_per_s[0]) == pytest.approx(s8.tokens_per_s, rel=0.05)
     assert s8.ttft_mean < s1.ttft_mean and float(r8.ttft_mean[0]) < float(r1.ttft_mean[0])
 
-
-def test_kv_headroom_keeps_the_fluctuating_demand_in_the_cache():
-    from infersim.parallel import kv_headroom_batch
-
-    assert float(kv_headroom_batch(52.0, 1.0, 1.0, 0.0)) == pytest.approx(52.0)  # no margin asked
-    b = float(kv_headroom_batch(52.0, 9770.0, 1.2 * 9770.0**2, 2.326))
-    assert 30.0 < b < 52.0
-    # B·E[C] + z·sqrt(B·E[C²]) lands on the cache
-    assert b * 9770.0 + 2.326 * np.sqrt(b * 1.2 * 9770.0**2) == pytest.approx(52.0 * 9770.0, rel=1e-9)
-    big = float(kv_headroom_batch(5000.0, 1.0, 1.2, 2.326))  # a large cache loses a smaller share
-    assert 1 - big / 5000.0 < 1 - b / 52.0
-    # Server keeps the headroom, Offline (no latency tail to protect) fills the cache
-    srv = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v5.1", tp=2, pp=1)
-    off = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-offline", 8, round="v5.1", tp=2, pp=1)
-    assert srv.config["max_batch"] < off.config["max_batch"]
