@@ -123,6 +123,16 @@ class Engine:
     uniformly random rank (per-rank counts independent Poisson, the busiest rank far above the mean:
     the model of an engine that routes without looking at its ranks)."""
 
+    instance_dispatch: str = "random"
+    """How the harness in front of several instances hands them arriving requests (Server and
+    Interactive; one instance: no effect). "random": each request to a uniformly random instance, so
+    each sees Poisson arrivals thinned at random (c_a² unchanged). "round_robin": dealt in turn
+    (NVIDIA llmlib ``traffic_distribution_policy`` round_robin): an instance gets every N-th arrival,
+    a renewal process of c_a² = c²/N (Erlang-N gaps from Poisson). "load_balancing": to the instance
+    with the fewest requests in flight (NVIDIA harness default ``loadBalancing`` / llmlib Server
+    ``load_balancing``, AMD harness ``shortest_queue``); modelled as the round-robin deal's c²/N, the
+    choice by in-flight count itself not modelled (``scheduler.instance_arrival_scv``)."""
+
     def free_tokens(self, decode_tokens_per_rank):
         """Prompt tokens a rank's ``max_num_tokens`` budget leaves beside its decode tokens (at
         least 1; the budget must be set)."""

@@ -422,8 +422,8 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
     d = np.asarray(d)
     backlog = np.asarray(backlog, dtype=float)
     out = backlog
-    if stats.arrival_scv != 1.0:
-        c2 = np.maximum(1.0 + (stats.arrival_scv - 1.0) / np.maximum(d, 1), 0.0)
+    if np.any(np.asarray(stats.arrival_scv) != 1.0):
+        c2 = np.maximum(1.0 + (np.asarray(stats.arrival_scv) - 1.0) / np.maximum(d, 1), 0.0)
         with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
             out = np.where(np.isfinite(backlog), backlog * kingman(c2), backlog)
     if router != "balanced":
@@ -771,8 +771,39 @@ def rate_states_mix(run, batch, rate_states, q: float) -> EngineResult:
     return res
 
 
+def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
+    """c_a² of one instance's arrivals when the system's (c_a² = ``scv``) are handed to ``workers``
+    instances by ``engine.instance_dispatch`` (arrays broadcast); ``osl_scv`` the output length's
+    squared coefficient of variation.
+
+    Notes
+    -----
+    "random" thinning keeps a renewal stream's c_a² (Poisson stays Poisson). Dealt in turn
+    ("round_robin"), an instance's gap is the sum of N system gaps: mean N/λ, variance N·c²/λ², so
+    c_a² = c²/N (Erlang-N from Poisson; exact, tests/test_instance_dispatch.py against the DES).
+    "load_balancing" (the instance with the fewest requests in flight: NVIDIA
+    ``traffic_distribution_policy``, AMD ``shortest_queue``) keeps the instances' counts level, so
+    an instance takes a request as one of its own slots frees up, as the balanced rank router does
+    within an engine (``rank_backlog``): its arrivals are the superposition of its slots' renewal
+    processes (request after request, each living its output's decode iterations), whose counts
+    over the many periods a prompt backlog integrates have the dispersion of the output length's
+    SCV. Taken as that, at most the system's c² and at least the round-robin deal's c²/N."""
+    how = getattr(engine, "instance_dispatch", "random")
+    if how == "random":
+        return scv
+    n = np.maximum(np.asarray(workers, dtype=float), 1.0)
+    dealt = np.asarray(scv, dtype=float) / n
+    if how == "round_robin":
+        return dealt
+    refill = np.minimum(np.asarray(scv, dtype=float) * max(osl_scv, 0.0), np.asarray(scv, dtype=float))
+    return np.where(n > 1, np.maximum(dealt, refill), np.asarray(scv, dtype=float) + 0.0 * n)
+
+
 def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
             workers=1.0, quantiles: bool = True) -> EngineResult:
+    scv = instance_arrival_scv(plan.engine, stats.arrival_scv, workers, stats.osl_sq / stats.osl_mean**2 - 1.0)
+    if np.any(np.asarray(scv) != stats.arrival_scv):
+        stats = replace(stats, arrival_scv=scv)
     dq = 1.0 + plan.serving.draft_depth
     d = np.asarray(layout.dp, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -951,8 +982,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     # Poisson variance (a token budget's capped variance too: the count's excess is the uncapped
     # one, and subtracting it whole drove the variance, the period and TTFT below zero)
     big_var_a = big_var
-    if stats.arrival_scv != 1.0:
-        excess = (stats.arrival_scv - 1.0) * n / (d * d) * (stats.isl_mean * prompt_scale) ** 2
+    if np.any(np.asarray(stats.arrival_scv) != 1.0):
+        excess = (np.asarray(stats.arrival_scv) - 1.0) * n / (d * d) * (stats.isl_mean * prompt_scale) ** 2
         big_var_a = np.maximum(big_var + excess, big_var * (1.0 - stats.isl_mean**2 / stats.isl_sq))
     # cost per token of the busiest rank's prompt tokens: X = s_tok·(busiest tokens)
     s_tok = s_mean * n / np.maximum(big_mean, 1e-30)
@@ -1219,12 +1250,13 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     ``first(n)``: with a chunked budget, the prefill of the tagged prompt's first context iteration
     when n prompts are admitted with it (one budget at most), in place of the whole prompts' stall."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
-    ca2 = stats.arrival_scv
+    ca2 = np.asarray(stats.arrival_scv, dtype=float)
+    renewal = bool(np.any(ca2 != 1.0))
     rate = request_rate(batch, t_d, s_mean, L, stats)
     rho = rate * s_mean
     c_mean = eg * t_d / (1.0 - rho)
     # renewal arrivals: count variance c_a² × mean (serving.queue_metrics); d > 1 via big_var
-    s_sq_count = s_sq if ca2 == 1.0 else s_sq + (ca2 - 1.0) * s_mean * s_mean
+    s_sq_count = s_sq + (ca2 - 1.0) * s_mean * s_mean if renewal else s_sq
     vx_whole = rate * c_mean * s_sq_count  # whole prompts arriving over a period (compound Poisson)
     if capped:  # a token budget caps each rank's prompt tokens per context iteration (any d)
         vx = s_tok * s_tok * big_var
@@ -1256,25 +1288,25 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     # renewal arrivals: the requests that arrive together with a tagged one number e_n more than
     # Poisson's λ·E[C*] on average (``serving.palm_excess``: > 0 bursty, < 0 smooth, never below
     # −λ·E[C*]); they enter where the co-arrivals are counted
-    e_n, v_n = palm_excess(ca2, rate * c_star) if ca2 != 1.0 else (0.0, 0.0)
+    e_n, v_n = palm_excess(ca2, rate * c_star) if renewal else (0.0, 0.0)
     s_extra = s_mean if s_extra is None else s_extra
     b_mean = 0.5 * c_star + t_d + s_mean + rho * c_star
-    if ca2 != 1.0:
+    if renewal:
         b_mean = b_mean + e_n * s_extra
     one_rank = np.asarray(d) == 1
     if first is not None:  # chunked, one rank: the admitting iteration prefills one take, the K after it the rest
-        co = rate * c_star / d if ca2 == 1.0 else np.maximum(rate * c_star / d + e_n, 0.0)
+        co = np.maximum(rate * c_star / d + e_n, 0.0) if renewal else rate * c_star / d
         b_mean = np.where(one_rank, 0.5 * c_star + t_d + first(co), b_mean)
     if tagged is not None:  # the admitting iteration's stall from its prompt count (``engine_queue``)
         where, stall = tagged
-        co = rate * c_star if ca2 == 1.0 else np.maximum(rate * c_star + e_n, 0.0)
+        co = np.maximum(rate * c_star + e_n, 0.0) if renewal else rate * c_star
         b_mean = np.where(where, 0.5 * c_star + t_d + stall(1.0 + co), b_mean)
     if one:
         x_next_var = s_var + rate * s_sq * c_star
     else:
         x_next_var = np.where(d > 1, s_tok * s_tok * big_var * c_star / c_mean + s_var / d, s_var + rate * s_sq * c_star)
     b_var = c_cube / c_mean / 12.0 + x_next_var + (0.5 + rho) ** 2 * c_star_var
-    if ca2 != 1.0:  # a count's variance is never below zero: Var = λ·E[C*] + v_n ≥ 0
+    if renewal:  # a count's variance is never below zero: Var = λ·E[C*] + v_n ≥ 0
         b_var = np.maximum(b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean), 0.0)
     i_mean = t_d + s_mean
     if budget_wait is None:

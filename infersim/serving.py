@@ -518,7 +518,7 @@ PALM_AXIS = np.geomspace(1e-3, 60.0, 100)
 """Expected arrivals per cycle x = λ·E[C*] at which the renewal corrections are tabulated."""
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def _palm_table(scv: float) -> tuple[np.ndarray, np.ndarray]:
     """(mean excess, variance excess) over x of the other arrivals in a window of x mean gaps
     holding a tagged arrival at a uniform position, for gamma-renewal arrivals with c_a² = scv.
@@ -548,14 +548,25 @@ def _palm_table(scv: float) -> tuple[np.ndarray, np.ndarray]:
     return mean - PALM_AXIS, second - mean**2 - PALM_AXIS
 
 
-def palm_excess(scv: float, x):
+def palm_excess(scv, x):
     """Extra mean and variance (beyond Poisson's x) of the arrivals sharing a tagged request's
-    cycle, x = λ·E[C*] expected (``_palm_table``); beyond the table the variance excess grows ∝ x."""
-    e_t, v_t = _palm_table(float(scv))
+    cycle, x = λ·E[C*] expected (``_palm_table``); beyond the table the variance excess grows ∝ x.
+    ``scv`` may be an array broadcasting with ``x`` (one table per distinct value; 0 excess at 1)."""
     lx = np.log(np.clip(x, PALM_AXIS[0], PALM_AXIS[-1]))
     ax = np.log(PALM_AXIS)
     scale = np.maximum(np.asarray(x, dtype=float) / PALM_AXIS[-1], 1.0)
-    return np.interp(lx, ax, e_t), np.interp(lx, ax, v_t) * scale
+    if np.ndim(scv) == 0:
+        e_t, v_t = _palm_table(float(scv))
+        return np.interp(lx, ax, e_t), np.interp(lx, ax, v_t) * scale
+    scv, lx, scale = np.broadcast_arrays(np.asarray(scv, dtype=float), lx, scale)
+    e_n, v_n = np.zeros(lx.shape), np.zeros(lx.shape)
+    for c in np.unique(scv):
+        if c == 1.0:
+            continue
+        sel = scv == c
+        e_t, v_t = _palm_table(float(c))
+        e_n[sel], v_n[sel] = np.interp(lx[sel], ax, e_t), np.interp(lx[sel], ax, v_t) * scale[sel]
+    return e_n, v_n
 
 
 def decode_batch(batch, L, stats: WorkloadStats):

@@ -81,6 +81,9 @@ class EngineFields(Spec):
     """The elementwise ops the stack's kernels absorb under ``fusion`` (None: all of them, as
     TensorRT-LLM folds norms, residual adds, RoPE and activations into its kernels' epilogues); the
     others stay memory-bound kernels of their own."""
+    instance_dispatch: Literal["random", "round_robin", "load_balancing"] | None = None
+    """How the harness hands arriving requests to the instances (``plan.Engine.instance_dispatch``;
+    NVIDIA harness ``traffic_distribution_policy``, AMD harness ``schedule_algo``)."""
     host_us_per_stream_event: float | None = Field(default=None, ge=0, le=1000)
     """Host microseconds per streamed response chunk of a Python executor (fitted by
     ``benchmarks/host_term.py``; physical range 1-100 us: building, serialising and sending one
@@ -238,6 +241,7 @@ class PresetSpec(Spec):
                       graph_sizes=None if sizes is None else tuple(sorted(sizes)),
                       graphs_capture_prompts=bool(d.get("graphs_capture_prompts")),
                       stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
+                      instance_dispatch=d.get("instance_dispatch") or "random",
                       host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
                       if d.get("python_executor") else 0.0,
                       fused_elementwise=None if d.get("fused_elementwise") is None else tuple(d["fused_elementwise"]))
