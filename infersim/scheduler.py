@@ -795,8 +795,9 @@ def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
     dealt = np.asarray(scv, dtype=float) / n
     if how == "round_robin":
         return dealt
-    refill = np.minimum(np.asarray(scv, dtype=float) * max(osl_scv, 0.0), np.asarray(scv, dtype=float))
-    return np.where(n > 1, np.maximum(dealt, refill), np.asarray(scv, dtype=float) + 0.0 * n)
+    system = np.asarray(scv, dtype=float)
+    refill = np.minimum(system * max(osl_scv, 0.0), system)
+    return np.where(n > 1, np.maximum(dealt, refill), system)  # one instance: the system's own stream
 
 
 def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
