@@ -130,8 +130,9 @@ class Engine:
     (NVIDIA llmlib ``traffic_distribution_policy`` round_robin): an instance gets every N-th arrival,
     a renewal process of c_a² = c²/N (Erlang-N gaps from Poisson). "load_balancing": to the instance
     with the fewest requests in flight (NVIDIA harness default ``loadBalancing`` / llmlib Server
-    ``load_balancing``, AMD harness ``shortest_queue``); modelled as the round-robin deal's c²/N, the
-    choice by in-flight count itself not modelled (``scheduler.instance_arrival_scv``)."""
+    ``load_balancing``, AMD harness ``shortest_queue``): the instance refills its freed slots, its
+    arrivals as dispersed as the output length, between c²/N and c² (``scheduler.instance_arrival_scv``).
+    The round presets keep "random" (README, Accuracy, twenty-second session)."""
 
     def free_tokens(self, decode_tokens_per_rank):
         """Prompt tokens a rank's ``max_num_tokens`` budget leaves beside its decode tokens (at

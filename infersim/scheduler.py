@@ -428,7 +428,7 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
             out = np.where(np.isfinite(backlog), backlog * kingman(c2), backlog)
     if router != "balanced":
         return out
-    factor = min(kingman(max(stats.osl_sq / stats.osl_mean**2 - 1.0, 0.0)), 1.0)
+    factor = min(kingman(max(stats.osl_scv, 0.0)), 1.0)
     with np.errstate(invalid="ignore"):
         return np.where((d > 1) & np.isfinite(backlog), backlog * factor, out)
 
@@ -788,7 +788,7 @@ def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
     processes (request after request, each living its output's decode iterations), whose counts
     over the many periods a prompt backlog integrates have the dispersion of the output length's
     SCV. Taken as that, at most the system's c² and at least the round-robin deal's c²/N."""
-    how = getattr(engine, "instance_dispatch", "random")
+    how = engine.instance_dispatch
     if how == "random":
         return scv
     n = np.maximum(np.asarray(workers, dtype=float), 1.0)
@@ -802,7 +802,7 @@ def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
 
 def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
             workers=1.0, quantiles: bool = True) -> EngineResult:
-    scv = instance_arrival_scv(plan.engine, stats.arrival_scv, workers, stats.osl_sq / stats.osl_mean**2 - 1.0)
+    scv = instance_arrival_scv(plan.engine, stats.arrival_scv, workers, stats.osl_scv)
     if np.any(np.asarray(scv) != stats.arrival_scv):
         stats = replace(stats, arrival_scv=scv)
     dq = 1.0 + plan.serving.draft_depth

@@ -63,6 +63,12 @@ class WorkloadStats:
         return prompt + self.osl_sq / (2.0 * self.osl_mean)
 
     @property
+    def osl_scv(self) -> float:
+        """Squared coefficient of variation of the output length, E[OSL²]/E[OSL]² − 1: the long-run
+        dispersion of a slot's refills (a request after each finished one)."""
+        return self.osl_sq / self.osl_mean**2 - 1.0
+
+    @property
     def prompt_overshoot(self) -> float:
         """Mean overshoot of the prompts' renewal sum past a token budget, E[ISL²]/(2·E[ISL]): the
         rest of the prompt that crosses a chunked budget, the gap whole prompts leave unused."""
@@ -552,20 +558,16 @@ def palm_excess(scv, x):
     """Extra mean and variance (beyond Poisson's x) of the arrivals sharing a tagged request's
     cycle, x = λ·E[C*] expected (``_palm_table``); beyond the table the variance excess grows ∝ x.
     ``scv`` may be an array broadcasting with ``x`` (one table per distinct value; 0 excess at 1)."""
-    lx = np.log(np.clip(x, PALM_AXIS[0], PALM_AXIS[-1]))
     ax = np.log(PALM_AXIS)
-    scale = np.maximum(np.asarray(x, dtype=float) / PALM_AXIS[-1], 1.0)
-    if np.ndim(scv) == 0:
-        e_t, v_t = _palm_table(float(scv))
-        return np.interp(lx, ax, e_t), np.interp(lx, ax, v_t) * scale
-    scv, lx, scale = np.broadcast_arrays(np.asarray(scv, dtype=float), lx, scale)
+    x = np.asarray(x, dtype=float)
+    scv, lx = np.broadcast_arrays(np.asarray(scv, dtype=float), np.log(np.clip(x, PALM_AXIS[0], PALM_AXIS[-1])))
+    scale = np.broadcast_to(np.maximum(x / PALM_AXIS[-1], 1.0), lx.shape)
     e_n, v_n = np.zeros(lx.shape), np.zeros(lx.shape)
     for c in np.unique(scv):
-        if c == 1.0:
-            continue
-        sel = scv == c
-        e_t, v_t = _palm_table(float(c))
-        e_n[sel], v_n[sel] = np.interp(lx[sel], ax, e_t), np.interp(lx[sel], ax, v_t) * scale[sel]
+        if c != 1.0:
+            sel = scv == c
+            e_t, v_t = _palm_table(float(c))
+            e_n[sel], v_n[sel] = np.interp(lx[sel], ax, e_t), np.interp(lx[sel], ax, v_t) * scale[sel]
     return e_n, v_n
 
 
