@@ -77,7 +77,8 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
 
     Notes
     -----
-    Inside one domain: all-reduce (ring) 2(n−1)/n · S / BW; all-gather (n−1)/n · S / BW (S =
+    Inside one domain: all-reduce (ring) 2(n−1)/n · S / BW, on a switch at the profile's
+    ``all_reduce_fraction`` where it sets one (NVLS in-switch reduction); all-gather (n−1)/n · S / BW (S =
     gathered size); all-to-all (n−1)/n · S / BW (S = bytes each rank sends); p2p S / BW; on a
     torus, rings per dimension (``torus.collective_time``). Across domains: the two-level split
     of ``_hierarchical``, scale-up and NIC phases in sequence. A group of 1 costs 0.
@@ -95,7 +96,11 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
     from . import torus
 
     su = hw.scale_up
-    eff = hw.efficiency.comm_fraction if comm_fraction is None else comm_fraction
+    ring = hw.efficiency.comm_fraction if comm_fraction is None else comm_fraction
+    eff = ring  # the scale-up phase's fraction; the NIC phase keeps the ring's
+    if (comm_fraction is None and kind == Collective.ALL_REDUCE and su.topology == "switch"
+            and hw.efficiency.all_reduce_fraction is not None):
+        eff = hw.efficiency.all_reduce_fraction  # in-switch reduction (NVLS)
     n = np.asarray(group, dtype=float)
     d = float(su.domain_size)
     inside = n <= d
@@ -114,7 +119,7 @@ def collective_time(kind: Collective, payload_bytes, group, hw: HardwareSpec, co
         out_bytes = share * np.minimum(fanout.token_bytes * reach, out_bytes) + (1.0 - share) * out_bytes
     t_up = up_bytes / (link_bandwidth(hw, d) * eff) + su.latency_us * US
     domains = np.maximum(np.ceil(n / d - 1e-9), 1.0)
-    t_out = out_bytes / (hw.scale_out.bandwidth * eff) + hw.scale_out.latency_us * US * (1 + np.log2(domains))
+    t_out = out_bytes / (hw.scale_out.bandwidth * ring) + hw.scale_out.latency_us * US * (1 + np.log2(domains))
     return np.where(n > 1, np.where(inside, t_in, t_up + t_out), 0.0)
 
 

@@ -18,6 +18,9 @@ from infersim.roofline import Bound
 import strategies as S
 
 H100 = S.hardware("h100-sxm")
+# H100 SXM with the in-switch (NVLS) all-reduce rate measured on the same NVSwitch fabric (8x H200:
+# 482 GB/s bus bandwidth of 450, 1.07); the shipped profile leaves it unset (README, "Twenty-third session")
+H100_NVLS = H100.model_copy(update={"efficiency": H100.efficiency.model_copy(update={"all_reduce_fraction": 1.07})})
 MI300X = S.hardware("mi300x")
 
 
@@ -89,6 +92,32 @@ def test_all_reduce_ring_group_of_8_on_h100_by_hand():
     t = comm.collective_time(Collective.ALL_REDUCE, 1e8, 8, H100)
     assert float(t) == pytest.approx(2 * 7 / 8 * 1e8 / 3.6e11 + 10e-6, rel=1e-9)
     assert float(t) == pytest.approx(4.96111e-4, rel=1e-5)
+
+
+def test_nvls_all_reduce_on_h100_by_hand():
+    # NVLS all-reduce bus bandwidth 1.07 × 450 GB/s = 481.5 GB/s (8x H200 measured 482 GB/s busbw,
+    # same NVSwitch fabric); S = 1e8 B over n = 8:
+    #   2·7/8·1e8 / 4.815e11 + 10 µs = 3.6345e-4 + 1e-5 = 3.7345e-4 s (ring: 4.9611e-4 s)
+    t = comm.collective_time(Collective.ALL_REDUCE, 1e8, 8, H100_NVLS)
+    assert float(t) == pytest.approx(2 * 7 / 8 * 1e8 / (1.07 * 4.5e11) + 10e-6, rel=1e-9)
+    # other collectives keep the ring's fraction
+    for kind in (Collective.ALL_GATHER, Collective.ALL_TO_ALL, Collective.P2P):
+        assert float(comm.collective_time(kind, 1e8, 8, H100_NVLS)) == float(comm.collective_time(kind, 1e8, 8, H100))
+    # across nodes only the NVLink phase reduces in the switch; the NIC phase stays at comm_fraction:
+    # 2·7/8·1e8/4.815e11 + 10 µs + 2·(1/2)·(1e8/8)/4e10 + 20 µs
+    t16 = comm.collective_time(Collective.ALL_REDUCE, 1e8, 16, H100_NVLS)
+    assert float(t16) == pytest.approx(2 * 7 / 8 * 1e8 / (1.07 * 4.5e11) + 10e-6 + 1e8 / 8 / 4e10 + 20e-6, rel=1e-9)
+    # an explicit comm_fraction (the caller's override) prices every phase at it
+    t_over = comm.collective_time(Collective.ALL_REDUCE, 1e8, 8, H100_NVLS, comm_fraction=0.8)
+    assert float(t_over) == pytest.approx(float(comm.collective_time(Collective.ALL_REDUCE, 1e8, 8, H100)), rel=1e-12)
+
+
+def test_in_switch_reduction_only_on_a_switch():
+    # a mesh (xGMI) has no switch to reduce in: the field changes nothing there
+    mesh = MI300X.model_copy(update={"efficiency": MI300X.efficiency.model_copy(update={"all_reduce_fraction": 1.2})})
+    for n in (2, 4, 8):
+        assert float(comm.collective_time(Collective.ALL_REDUCE, 1e8, n, mesh)) == \
+            float(comm.collective_time(Collective.ALL_REDUCE, 1e8, n, MI300X))
 
 
 def test_all_gather_and_all_to_all_move_half_an_all_reduce():

@@ -356,6 +356,21 @@ def test_mla_decode_fraction_is_optional_and_loads(tmp_dir):
     assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction == 0.45
 
 
+@pytest.mark.parametrize("value", [0, -0.1, 1.6, "nvls"])
+def test_all_reduce_fraction_out_of_range_is_spec_error(value, tmp_dir):
+    data = copy.deepcopy(_BASE_DATA["hardware"])
+    data.setdefault("efficiency", {})["all_reduce_fraction"] = value
+    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "efficiency.all_reduce_fraction")
+
+
+def test_all_reduce_fraction_is_optional_and_may_exceed_one(tmp_dir):
+    data = copy.deepcopy(_BASE_DATA["hardware"])
+    data.setdefault("efficiency", {}).pop("all_reduce_fraction", None)
+    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.all_reduce_fraction is None
+    data["efficiency"]["all_reduce_fraction"] = 1.07  # in-switch reduction beats the link rate
+    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.all_reduce_fraction == 1.07
+
+
 @pytest.mark.parametrize("moe, field", [
     ({"n_groups": 8, "top_k_groups": 4}, None),
     ({}, None),

@@ -328,6 +328,14 @@ class EfficiencySpec(Spec):
     fill and drain of a GEMM with few tiles per SM do not overlap."""
     comm_fraction: float = Field(default=0.8, gt=0, le=1)
     """Achievable fraction of link bandwidth in collectives (NCCL ring bus bandwidth / spec)."""
+    all_reduce_fraction: float | None = Field(default=None, gt=0, le=1.5)
+    """All-reduce bus bandwidth inside one switched scale-up domain as a fraction of the
+    unidirectional link rate, where it differs from ``comm_fraction``'s ring: NVLink SHARP (NVLS,
+    NVSwitch generation 3 and later) reduces in the switch, so the bus bandwidth NCCL reports
+    (measured against the ring's 2(n − 1)/n volume, as the model prices it) exceeds the link rate
+    (8x H200 482 GB/s of 450, 1.07). Only all-reduce, only on ``scale_up.topology`` "switch", only
+    the scale-up phase. None: ``comm_fraction``. The bundled profiles leave it unset (README,
+    "Twenty-third session")."""
     launch_overhead_us: NonNegativeFloat = Field(default=4.0, le=1e4)
     """Host launch + sync cost per kernel without graph capture, microseconds."""
     step_overhead_ms: NonNegativeFloat = Field(default=0.5, le=1e4)
