@@ -107,7 +107,7 @@ def main() -> None:
         meas = (_num(cols.get("ttft_mean_ms")) / 1e3, _num(cols.get("ttft_p50_ms")) / 1e3, _num(cols.get("ttft_p99_ms")) / 1e3,
                 _num(cols.get("tpot_mean_ms")) / 1e3)
         lines = {
-            "model": (m.get("ttft_mean_s", np.nan), m["ttft_p50_s"], m["ttft_s"], m["tpot_mean_s"]),
+            "model": (m["ttft_mean_s"], m["ttft_p50_s"], m["ttft_s"], m["tpot_mean_s"]),
             "closed": (float(cf.ttft_mean[i]), np.nan, float(cf.ttft_p99[i]), float(cf.tpot_mean[i])),
             "DES": (d0.ttft_mean, d0.ttft_p50, d0.ttft_p, d0.tpot_mean),
             "DES lb": (d1.ttft_mean, d1.ttft_p50, d1.ttft_p, d1.tpot_mean),

@@ -341,34 +341,26 @@ def test_exp_rate_is_optional_and_needs_its_source(tmp_dir):
     _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "compute")
 
 
-@pytest.mark.parametrize("value", [0, -0.2, 1.5, "fast", [0.5]])
-def test_mla_decode_fraction_out_of_range_is_spec_error(value, tmp_dir):
+OPTIONAL_FRACTIONS = {  # optional efficiency field -> (out-of-range values, a valid value)
+    "mla_decode_fraction": ([0, -0.2, 1.5, "fast", [0.5]], 0.45),
+    "all_reduce_fraction": ([0, -0.1, 1.6, "nvls"], 1.07),  # in-switch reduction beats the link rate
+}
+
+
+@pytest.mark.parametrize("field, value", [(f, v) for f, (bad, _) in OPTIONAL_FRACTIONS.items() for v in bad])
+def test_optional_fraction_out_of_range_is_spec_error(field, value, tmp_dir):
     data = copy.deepcopy(_BASE_DATA["hardware"])
-    data.setdefault("efficiency", {})["mla_decode_fraction"] = value
-    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "efficiency.mla_decode_fraction")
+    data.setdefault("efficiency", {})[field] = value
+    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), f"efficiency.{field}")
 
 
-def test_mla_decode_fraction_is_optional_and_loads(tmp_dir):
+@pytest.mark.parametrize("field", list(OPTIONAL_FRACTIONS))
+def test_optional_fraction_is_optional_and_loads(field, tmp_dir):
     data = copy.deepcopy(_BASE_DATA["hardware"])
-    data.setdefault("efficiency", {}).pop("mla_decode_fraction", None)
-    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction is None
-    data["efficiency"]["mla_decode_fraction"] = 0.45
-    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.mla_decode_fraction == 0.45
-
-
-@pytest.mark.parametrize("value", [0, -0.1, 1.6, "nvls"])
-def test_all_reduce_fraction_out_of_range_is_spec_error(value, tmp_dir):
-    data = copy.deepcopy(_BASE_DATA["hardware"])
-    data.setdefault("efficiency", {})["all_reduce_fraction"] = value
-    _assert_spec_error("hardware", _write(tmp_dir, yaml.safe_dump(data).encode()), "efficiency.all_reduce_fraction")
-
-
-def test_all_reduce_fraction_is_optional_and_may_exceed_one(tmp_dir):
-    data = copy.deepcopy(_BASE_DATA["hardware"])
-    data.setdefault("efficiency", {}).pop("all_reduce_fraction", None)
-    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.all_reduce_fraction is None
-    data["efficiency"]["all_reduce_fraction"] = 1.07  # in-switch reduction beats the link rate
-    assert catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency.all_reduce_fraction == 1.07
+    data.setdefault("efficiency", {}).pop(field, None)
+    assert getattr(catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency, field) is None
+    data["efficiency"][field] = good = OPTIONAL_FRACTIONS[field][1]
+    assert getattr(catalog.load("hardware", _write(tmp_dir, yaml.safe_dump(data).encode())).efficiency, field) == good
 
 
 @pytest.mark.parametrize("moe, field", [
