@@ -349,9 +349,14 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         reasons = last.reasons() if last is not None else {}
         top = max(reasons.items(), key=lambda kv: kv[1])[0] if reasons else "NO_LAYOUT"
         msg = _infeasible_message(top, reasons, n)
+        near = closest_to_limits(results, query.inputs.scenario)
+        breakdown: dict[str, Any] = {"reasons": reasons}
+        if near is not None:
+            msg += "; " + near["text"]
+            breakdown["closest"] = {k: v for k, v in near.items() if k != "text"}
         if raise_infeasible:
             raise InfeasibleError(msg, reasons)
-        return Prediction(query.inputs, n, False, msg, {}, {"round": query.software.round}, {"reasons": reasons},
+        return Prediction(query.inputs, n, False, msg, {}, {"round": query.software.round}, breakdown,
                           result=last, results=results, skipped=sel.skipped)
     res, (i, j), fine = picked
     if fine is not None:
@@ -425,6 +430,56 @@ _EXPLAIN = {
     "TOKEN_BUDGET": "prompts do not fit the engine's max_num_tokens beside the busiest rank's decode tokens",
     "NO_LAYOUT": "no layout fits this accelerator count",
 }
+
+
+_LIMIT_NAMES = {"ttft_p99": "p99 TTFT", "tpot_p99": "p99 TPOT", "e2e_p99": "p99 end-to-end latency"}
+
+
+def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
+    """Where nothing meets the latency limits: the evaluated point that misses them by the least.
+
+    Only points rejected by a latency limit (every other check passed) compete; each is scored by
+    its worst ratio p99 / limit over the scenario's limits (``grid.latency_limits``), and the
+    lowest wins. Returns the point's layout, batch, the limit it misses most (``limit``: the
+    ``ServingResult`` field), its value and the limit in seconds, the overshoot in percent and a
+    one-line ``text``; None where no point was rejected by a latency limit alone (memory, batch
+    cap, token budget or a saturated queue), or in Offline.
+    """
+    limits = latency_limits(scenario)
+    if not limits:
+        return None
+    codes = [int(code) for code, _, _ in limits]
+    best = None
+    for res in results:
+        if res.ok.size == 0:
+            continue
+        rejected = np.isin(res.reason, codes) & ~res.ok
+        if not np.any(rejected):
+            continue
+        ratios = np.stack([np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape) / limit_s
+                           for _, key, limit_s in limits])
+        ratios = np.where(np.isfinite(ratios), ratios, np.inf)
+        worst = np.max(ratios, axis=0)
+        worst = np.where(rejected, worst, np.inf)
+        flat = int(np.argmin(worst))
+        if not np.isfinite(worst.flat[flat]):
+            continue
+        if best is None or worst.flat[flat] < best[0]:
+            i, j = np.unravel_index(flat, worst.shape)
+            best = (float(worst.flat[flat]), res, int(i), int(j), int(np.argmax(ratios[:, i, j])))
+    if best is None:
+        return None
+    ratio, res, i, j, k = best
+    _, key, limit_s = limits[k]
+    value = float(np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape)[i, j])
+    lay = {name: int(res.layouts[name][i]) for name in ("tp", "pp", "ep", "dp")}
+    batch = float(res.batch[j])
+    where = " · ".join(f"{name} {v}" for name, v in lay.items())
+    text = (f"closest: {where}, batch {batch:g} per instance ({', '.join(res.plan.applied) or 'no optimizations'}): "
+            f"{_LIMIT_NAMES.get(key, key)} {value * 1e3:,.1f} ms against the {limit_s * 1e3:,.1f} ms limit "
+            f"({100 * (ratio - 1):+.1f} %)")
+    return {**lay, "batch": batch, "optimizations": list(res.plan.applied), "limit": key, "value_s": value,
+            "limit_s": limit_s, "over_pct": 100 * (ratio - 1), "text": text}
 
 
 def _infeasible_message(top: str, reasons: dict[str, int], n: int) -> str:

@@ -285,3 +285,45 @@ def test_prediction_says_which_levers_of_the_round_it_left_off_and_why():
         console.print(t)
     text = console.export_text()
     assert "not used: mtp" in text and "not used: disagg" in text and "does not run it" in text
+
+
+def _brute_closest(pred):
+    """The smallest worst p99/limit ratio over every latency-rejected point of every variant."""
+    from infersim.errors import Reason
+    from infersim.grid import latency_limits
+
+    limits = latency_limits(pred.inputs.scenario)
+    best = np.inf
+    for res in pred.results:
+        for i, j in zip(*np.nonzero(~res.ok)):
+            if Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}:
+                continue
+            r = max(float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / lim for _, key, lim in limits)
+            best = min(best, r if np.isfinite(r) else np.inf)
+    return best
+
+
+def test_infeasible_prediction_says_how_close_the_best_point_came():
+    """Pinned to a layout and batch whose p99 TPOT breaks the limit, the prediction names that
+    point, the limit it misses and by how much; the figure is the evaluated p99 itself and the
+    smallest miss over every latency-rejected point of every variant."""
+    pred = infersim.predict("b300", "deepseek-r1", "mlperf-deepseek-r1-interactive", 8, round="v6.0",
+                            tp=8, ep=8, dp=8, batch=55)
+    assert not pred.feasible
+    near = pred.breakdown["closest"]
+    assert (near["tp"], near["ep"], near["dp"], near["batch"]) == (8, 8, 8, 55.0)
+    assert near["limit"] == "tpot_p99" and near["limit_s"] == pytest.approx(0.015)
+    assert near["value_s"] > near["limit_s"] and near["over_pct"] == pytest.approx(100 * (near["value_s"] / 0.015 - 1))
+    assert near["value_s"] / near["limit_s"] == pytest.approx(_brute_closest(pred), rel=1e-12)
+    assert "closest: tp 8 · pp 1 · ep 8 · dp 8, batch 55 per instance (" in pred.reason
+    assert f"{near['value_s'] * 1e3:,.1f} ms against the 15.0 ms limit" in pred.reason
+    with pytest.raises(infersim.InfeasibleError, match="closest: "):
+        infersim.predict("b300", "deepseek-r1", "mlperf-deepseek-r1-interactive", 8, round="v6.0",
+                         tp=8, ep=8, dp=8, batch=55, raise_infeasible=True)
+
+
+def test_no_closest_point_where_no_latency_limit_rejected_anything():
+    """Weights that fit nowhere: no point reached the latency checks, so nothing is named."""
+    pred = infersim.predict("l40s", "llama3.1-405b", "mlperf-llama3.1-405b-server", 1)
+    assert not pred.feasible and "closest" not in pred.breakdown and "closest" not in pred.reason
+    assert api.closest_to_limits(pred.results, pred.inputs.scenario) is None
