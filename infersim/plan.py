@@ -132,7 +132,7 @@ class Engine:
     with the fewest requests in flight (NVIDIA harness default ``loadBalancing`` / llmlib Server
     ``load_balancing``, AMD harness ``shortest_queue``): the instance refills its freed slots, its
     arrivals as dispersed as the output length, between c²/N and c² (``scheduler.instance_arrival_scv``).
-    The round presets keep "random" (README, Accuracy, twenty-second session)."""
+    The round presets keep "random" (docs/readme-sessions.md, twenty-second session)."""
 
     def free_tokens(self, decode_tokens_per_rank):
         """Prompt tokens a rank's ``max_num_tokens`` budget leaves beside its decode tokens (at

@@ -78,8 +78,8 @@ def test_instances_per_layout_are_dealt_each_their_own_share():
 
 def test_round_presets_keep_the_random_split_until_the_fit_can_take_the_harness():
     # The harnesses deal by load (module doc), but with it the fit's capacity error on held-out rows
-    # grows (README, Accuracy, twenty-second session; benchmarks/instance_dispatch.py): the presets
-    # keep "random" and a user sets ``instance_dispatch`` in a preset's engine block
+    # grows (docs/readme-sessions.md, Accuracy, twenty-second session; benchmarks/instance_dispatch.py):
+    # the presets keep "random" and a user sets ``instance_dispatch`` in a preset's engine block
     for rnd in ("v4.0", "v4.1", "v5.0", "v5.1", "v6.0"):
         assert load_preset(rnd).engine_for("llama2-70b", "server", "h100-sxm").instance_dispatch == "random"
 

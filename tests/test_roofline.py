@@ -19,7 +19,8 @@ import strategies as S
 
 H100 = S.hardware("h100-sxm")
 # H100 SXM with the in-switch (NVLS) all-reduce rate measured on the same NVSwitch fabric (8x H200:
-# 482 GB/s bus bandwidth of 450, 1.07); the shipped profile leaves it unset (README, "Twenty-third session")
+# 482 GB/s bus bandwidth of 450, 1.07); the shipped profile leaves it unset (docs/readme-sessions.md,
+# "Twenty-third session")
 H100_NVLS = H100.model_copy(update={"efficiency": H100.efficiency.model_copy(update={"all_reduce_fraction": 1.07})})
 MI300X = S.hardware("mi300x")
 

@@ -308,7 +308,7 @@ JACOBIAN: dict[str, tuple[str, int | None]] = {"current": ("secant", None), "def
   curved path on which secant slopes alone fall behind (8 iterations: 5.89 / 21.4 %, five bound
   findings): a fresh difference every third update. 5.27 / 20.7 % in 104 s, the difference
   5.57 / 19.8 % in 418 s; cross-validation by round and by model 606 s where the difference took
-  2,272 s, held out 8.0 / 26.1 % and 9.9 / 27.4 % against 8.5 / 25.6 % and 9.8 / 29.7 % (README,
+  2,272 s, held out 8.0 / 26.1 % and 9.9 / 27.4 % against 8.5 / 25.6 % and 9.8 / 29.7 % (docs/readme-sessions.md,
   Accuracy): the same within the folds' path noise.
 
 The shipped values were fitted with the difference at every step (``--jacobian difference``)."""

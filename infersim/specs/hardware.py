@@ -334,7 +334,7 @@ class EfficiencySpec(Spec):
     NVSwitch generation 3 and later) reduces in the switch, so the bus bandwidth NCCL reports
     (measured against the ring's 2(n − 1)/n volume, as the model prices it) exceeds the link rate
     (8x H200 482 GB/s of 450, 1.07). Only all-reduce, only on ``scale_up.topology`` "switch", only
-    the scale-up phase. None: ``comm_fraction``. The bundled profiles leave it unset (README,
+    the scale-up phase. None: ``comm_fraction``. The bundled profiles leave it unset (docs/readme-sessions.md,
     "Twenty-third session")."""
     launch_overhead_us: NonNegativeFloat = Field(default=4.0, le=1e4)
     """Host launch + sync cost per kernel without graph capture, microseconds."""
