@@ -241,6 +241,8 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     pp = layout.pp
     # each pipeline micro-batch is its own engine iteration with its own host overhead
     host = eff.step_overhead_ms * MS * plan.host_overhead_scale
+    if plan.engine.overlap_scheduler:  # prepared during the previous GPU step: only its excess shows
+        host = np.maximum(host - stage, 0.0)
     overhead = pp * (kernels * launch + host)
     total = pp * (stage + host)
     out = {k: np.asarray(v * scale * pp) for k, v in whole.by_kind.items() if k not in ("comm", "overhead")}

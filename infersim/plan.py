@@ -107,6 +107,11 @@ class Engine:
     """Output tokens per streamed response chunk (host work per token falls as it grows)."""
     python_executor: bool = False
     """The executor loop runs in Python (TensorRT-LLM PyTorch backend / trtllm-serve)."""
+    overlap_scheduler: bool = False
+    """The executor prepares the next iteration on the host while the GPU runs this one (TensorRT-LLM
+    PyTorch backend, ``disable_overlap_scheduler: false``): the per-step host overhead
+    (``efficiency.step_overhead_ms``) is hidden behind the GPU's step, which then lasts the longer
+    of the two; False: it adds to every step (the C++ executor, vLLM, SGLang as modelled)."""
     host_s_per_stream_event: float = 0.0
     """Host time per streamed response chunk, serial with the iteration: the engine's executor
     loop builds and sends one response per running sequence every ``stream_interval`` tokens

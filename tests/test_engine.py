@@ -96,6 +96,38 @@ def test_pipeline_step_is_pp_stage_times():
     assert float(two.by_kind["gemm"]) == pytest.approx(float(one.by_kind["gemm"]), rel=0.02)
 
 
+def test_overlap_scheduler_hides_the_host_overhead_behind_the_gpu_step():
+    # With the overlap scheduler (TensorRT-LLM PyTorch backend) the host prepares the next iteration
+    # while the GPU runs this one: the per-step host cost shows only where it exceeds the GPU's
+    # stage. Batch 1 at context 1024 (first hand case): GPU stage = step − 0.5 ms host.
+    from infersim.plan import Engine
+
+    shape = Shape(decode_seqs=1, decode_ctx=1024)
+    off = step_cost(LLAMA8B_H100, Layout(), shape)
+    on_plan = replace(LLAMA8B_H100, engine=Engine(overlap_scheduler=True))
+    on = step_cost(on_plan, Layout(), shape)
+    assert float(on.total) == pytest.approx(float(off.total) - 0.5e-3, rel=1e-12)
+    assert float(on.by_kind["overhead"]) == pytest.approx(float(off.by_kind["overhead"]) - 0.5e-3, rel=1e-12)
+    # a host cost longer than the GPU's stage is what the step then lasts
+    slow_host = H100.model_copy(update={"efficiency": H100.efficiency.model_copy(update={"step_overhead_ms": 50.0})})
+    gpu = float(off.total) - 0.5e-3
+    long = step_cost(replace(on_plan, hardware=slow_host), Layout(), shape)
+    assert float(long.total) == pytest.approx(50e-3, rel=1e-12)
+    assert float(step_cost(replace(LLAMA8B_H100, hardware=slow_host), Layout(), shape).total) == \
+        pytest.approx(gpu + 50e-3, rel=1e-12)
+
+
+def test_overlap_scheduler_is_an_engine_setting_of_the_presets():
+    from infersim.optimizations.presets import load_preset
+
+    spec = load_preset("v6.0")
+    assert not spec.engine_for("deepseek-r1", "server").overlap_scheduler  # the bundled presets leave it off
+    on = spec.model_copy(update={"engine": spec.engine.model_copy(
+        update={"default": spec.engine.default.model_copy(update={"overlap_scheduler": True})})})
+    assert on.engine_for("deepseek-r1", "server").overlap_scheduler
+    assert on.engine_for("llama2-70b", "server").overlap_scheduler
+
+
 def test_by_kind_sums_to_total():
     cost = step_cost(LLAMA8B_H100, Layout(tp=2), Shape(decode_seqs=8, decode_ctx=4096, prefill_seqs=0.1,
                                                        prefill_len=1000, prefill_len_sq=1e6))

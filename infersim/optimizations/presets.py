@@ -77,6 +77,9 @@ class EngineFields(Spec):
     python_executor: bool | None = None
     """The engine's executor loop runs in Python (TensorRT-LLM PyTorch backend / trtllm-serve):
     its streamed responses cost host time on the iteration's critical path."""
+    overlap_scheduler: bool | None = None
+    """The executor's host work for the next iteration overlaps the GPU's current one (TensorRT-LLM
+    PyTorch backend ``disable_overlap_scheduler: false``; ``plan.Engine.overlap_scheduler``)."""
     fused_elementwise: list[Literal[FUSABLE_ELEMENTWISE]] | None = None  # type: ignore[valid-type]
     """The elementwise ops the stack's kernels absorb under ``fusion`` (None: all of them, as
     TensorRT-LLM folds norms, residual adds, RoPE and activations into its kernels' epilogues); the
@@ -241,6 +244,7 @@ class PresetSpec(Spec):
                       graph_sizes=None if sizes is None else tuple(sorted(sizes)),
                       graphs_capture_prompts=bool(d.get("graphs_capture_prompts")),
                       stream_interval=d.get("stream_interval", 1), python_executor=bool(d.get("python_executor")),
+                      overlap_scheduler=bool(d.get("overlap_scheduler")),
                       instance_dispatch=d.get("instance_dispatch") or "random",
                       host_s_per_stream_event=1e-6 * d.get("host_us_per_stream_event", 0.0)
                       if d.get("python_executor") else 0.0,
