@@ -439,8 +439,9 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
     """Where nothing meets the latency limits: the evaluated point that misses them by the least.
 
     Only points rejected by a latency limit (every other check passed) compete; each is scored by
-    its worst ratio p99 / limit over the scenario's limits (``grid.latency_limits``), and the
-    lowest wins. Returns the point's layout, batch, the limit it misses most (``limit``: the
+    its worst finite ratio p99 / limit over the scenario's limits (``grid.latency_limits``; a figure
+    left unevaluated past the failing check, such as a disaggregated point's TTFT, is not finite),
+    provided the limit it was rejected by has a finite figure, and the lowest wins. Returns the point's layout, batch, the limit it misses most (``limit``: the
     ``ServingResult`` field), its value and the limit in seconds, the overshoot in percent and a
     one-line ``text``; None where no point was rejected by a latency limit alone (memory, batch
     cap, token budget or a saturated queue), or in Offline.
@@ -458,15 +459,18 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
             continue
         ratios = np.stack([np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape) / limit_s
                            for _, key, limit_s in limits])
-        ratios = np.where(np.isfinite(ratios), ratios, np.inf)
-        worst = np.max(ratios, axis=0)
-        worst = np.where(rejected, worst, np.inf)
+        finite = np.isfinite(ratios)
+        own = np.zeros(res.ok.shape, dtype=bool)  # the rejecting limit's own figure is finite
+        for k, code in enumerate(codes):
+            own |= (res.reason == code) & finite[k]
+        worst = np.max(np.where(finite, ratios, -np.inf), axis=0)
+        worst = np.where(rejected & own, worst, np.inf)
         flat = int(np.argmin(worst))
         if not np.isfinite(worst.flat[flat]):
             continue
         if best is None or worst.flat[flat] < best[0]:
             i, j = np.unravel_index(flat, worst.shape)
-            best = (float(worst.flat[flat]), res, int(i), int(j), int(np.argmax(ratios[:, i, j])))
+            best = (float(worst.flat[flat]), res, int(i), int(j), int(np.argmax(np.where(finite[:, i, j], ratios[:, i, j], -np.inf))))
     if best is None:
         return None
     ratio, res, i, j, k = best
@@ -475,10 +479,14 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
     lay = {name: int(res.layouts[name][i]) for name in ("tp", "pp", "ep", "dp")}
     batch = float(res.batch[j])
     where = " · ".join(f"{name} {v}" for name, v in lay.items())
-    text = (f"closest: {where}, batch {batch:g} per instance ({', '.join(res.plan.applied) or 'no optimizations'}): "
+    unit = "instance"
+    if res.plan.serving.disaggregated:  # the grid's layout and batch are the decode workers'
+        where, unit = f"decode workers {where}", "decode worker"
+    text = (f"closest: {where}, batch {batch:g} per {unit} ({', '.join(res.plan.applied) or 'no optimizations'}): "
             f"{_LIMIT_NAMES.get(key, key)} {value * 1e3:,.1f} ms against the {limit_s * 1e3:,.1f} ms limit "
             f"({100 * (ratio - 1):+.1f} %)")
-    return {**lay, "batch": batch, "optimizations": list(res.plan.applied), "limit": key, "value_s": value,
+    return {**lay, "batch": batch, "disaggregated": bool(res.plan.serving.disaggregated),
+            "optimizations": list(res.plan.applied), "limit": key, "value_s": value,
             "limit_s": limit_s, "over_pct": 100 * (ratio - 1), "text": text}
 
 

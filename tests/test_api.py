@@ -296,10 +296,12 @@ def _brute_closest(pred):
     best = np.inf
     for res in pred.results:
         for i, j in zip(*np.nonzero(~res.ok)):
-            if Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}:
+            code = Reason(int(res.reason[i, j]))
+            if code not in {c for c, _, _ in limits}:
                 continue
-            r = max(float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / lim for _, key, lim in limits)
-            best = min(best, r if np.isfinite(r) else np.inf)
+            r = {c: float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / lim for c, key, lim in limits}
+            if np.isfinite(r[code]):  # the rejecting limit's own figure; others only where evaluated
+                best = min(best, max(v for v in r.values() if np.isfinite(v)))
     return best
 
 
@@ -320,6 +322,19 @@ def test_infeasible_prediction_says_how_close_the_best_point_came():
     with pytest.raises(infersim.InfeasibleError, match="closest: "):
         infersim.predict("b300", "deepseek-r1", "mlperf-deepseek-r1-interactive", 8, round="v6.0",
                          tp=8, ep=8, dp=8, batch=55, raise_infeasible=True)
+
+
+def test_closest_point_of_a_disaggregated_search_is_its_decode_workers():
+    """Disaggregated points rejected by p99 TPOT carry no TTFT (the prefill pool is not sized past
+    the failing check): the TPOT figure still places them, named as the decode workers' layout."""
+    pred = infersim.predict("gb300-nvl72", "deepseek-r1", "mlperf-deepseek-r1-interactive", 72, round="v6.0",
+                            enable=["disagg"], disable=["wide_ep"], batch=300)
+    assert not pred.feasible
+    near = pred.breakdown["closest"]
+    assert near["disaggregated"] and near["limit"] == "tpot_p99" and near["batch"] == 300.0
+    assert np.isfinite(near["value_s"]) and near["value_s"] > near["limit_s"]
+    assert near["value_s"] / near["limit_s"] == pytest.approx(_brute_closest(pred), rel=1e-12)
+    assert "closest: decode workers tp " in pred.reason and "per decode worker (" in pred.reason
 
 
 def test_no_closest_point_where_no_latency_limit_rejected_anything():
