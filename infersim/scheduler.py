@@ -64,7 +64,6 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaincc
 
 from . import table_cache
 from .engine import StepCost, step_cost
@@ -1097,6 +1096,14 @@ def _gamma_shape(mean, var):
     mean = np.maximum(mean, 1e-30)
     var = np.maximum(var, 1e-12 * mean * mean)
     return mean * mean / var, var / mean
+
+
+def gammaincc(a, x):
+    """The regularized upper incomplete gamma Q(a, x) (scipy.special, imported on first use: the
+    Offline paths never need it, and the import is a third of a cold ``infersim run``)."""
+    from scipy.special import gammaincc as q
+
+    return q(a, x)
 
 
 def _gamma_excess(a, th, t, q0=None):
