@@ -16,6 +16,7 @@ from . import scheduler, search
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import resolve_formats
 from .grid import Result, latency_limits
+from .infeasible import EXPLAIN, closest_to_limits, infeasible_message
 from .plan import Plan, SearchSpace, Serving
 from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, load_inputs
 from .serving import WorkloadStats
@@ -348,7 +349,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         last = results[-1] if results else None
         reasons = last.reasons() if last is not None else {}
         top = max(reasons.items(), key=lambda kv: kv[1])[0] if reasons else "NO_LAYOUT"
-        msg = _infeasible_message(top, reasons, n)
+        msg = infeasible_message(top, reasons, n)
         near = closest_to_limits(results, query.inputs.scenario)
         breakdown: dict[str, Any] = {"reasons": reasons}
         if near is not None:
@@ -413,86 +414,9 @@ def _at_qps(inputs: Inputs, n: int, res: Result, ij, config, stats, qps, results
                    completed_tokens_per_s_per_accelerator=at["completed_tokens_per_s"] / n,
                    tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)
     config["qps"] = qps
-    msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {_EXPLAIN.get(why, why)}"
+    msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {EXPLAIN.get(why, why)}"
     return Prediction(inputs, n, ok, msg, metrics, config, res.breakdown_at(*ij), result=res, index=ij,
                       results=results, skipped=skipped)
-
-
-_EXPLAIN = {
-    "MEMORY": "the model's weights do not fit in accelerator memory with any allowed layout",
-    "KV_CAPACITY": "weights fit but not the KV cache of even the smallest batch",
-    "DIVISIBILITY": "no allowed layout divides the heads/experts/accelerators",
-    "SLO_TTFT": "no configuration meets the p99 TTFT limit",
-    "SLO_TPOT": "no configuration meets the p99 TPOT limit",
-    "SLO_E2E": "no configuration meets the p99 end-to-end limit",
-    "SATURATED": "the offered load saturates every configuration",
-    "BATCH_LIMIT": "the batch limit (scenario max_batch or the engine's max_batch_size per rank) excludes every configuration",
-    "TOKEN_BUDGET": "prompts do not fit the engine's max_num_tokens beside the busiest rank's decode tokens",
-    "NO_LAYOUT": "no layout fits this accelerator count",
-}
-
-
-_LIMIT_NAMES = {"ttft_p99": "p99 TTFT", "tpot_p99": "p99 TPOT", "e2e_p99": "p99 end-to-end latency"}
-
-
-def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
-    """Where nothing meets the latency limits: the evaluated point that misses them by the least.
-
-    Only points rejected by a latency limit (every other check passed) compete; each is scored by
-    its worst finite ratio p99 / limit over the scenario's limits (``grid.latency_limits``; a figure
-    left unevaluated past the failing check, such as a disaggregated point's TTFT, is not finite),
-    provided the limit it was rejected by has a finite figure, and the lowest wins. Returns the point's layout, batch, the limit it misses most (``limit``: the
-    ``ServingResult`` field), its value and the limit in seconds, the overshoot in percent and a
-    one-line ``text``; None where no point was rejected by a latency limit alone (memory, batch
-    cap, token budget or a saturated queue), or in Offline.
-    """
-    limits = latency_limits(scenario)
-    if not limits:
-        return None
-    codes = [int(code) for code, _, _ in limits]
-    best = None
-    for res in results:
-        if res.ok.size == 0:
-            continue
-        rejected = np.isin(res.reason, codes) & ~res.ok
-        if not np.any(rejected):
-            continue
-        ratios = np.stack([np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape) / limit_s
-                           for _, key, limit_s in limits])
-        finite = np.isfinite(ratios)
-        own = np.zeros(res.ok.shape, dtype=bool)  # the rejecting limit's own figure is finite
-        for k, code in enumerate(codes):
-            own |= (res.reason == code) & finite[k]
-        worst = np.max(np.where(finite, ratios, -np.inf), axis=0)
-        worst = np.where(rejected & own, worst, np.inf)
-        flat = int(np.argmin(worst))
-        if not np.isfinite(worst.flat[flat]):
-            continue
-        if best is None or worst.flat[flat] < best[0]:
-            i, j = np.unravel_index(flat, worst.shape)
-            best = (float(worst.flat[flat]), res, int(i), int(j), int(np.argmax(np.where(finite[:, i, j], ratios[:, i, j], -np.inf))))
-    if best is None:
-        return None
-    ratio, res, i, j, k = best
-    _, key, limit_s = limits[k]
-    value = float(np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape)[i, j])
-    lay = {name: int(res.layouts[name][i]) for name in ("tp", "pp", "ep", "dp")}
-    batch = float(res.batch[j])
-    where = " · ".join(f"{name} {v}" for name, v in lay.items())
-    unit = "instance"
-    if res.plan.serving.disaggregated:  # the grid's layout and batch are the decode workers'
-        where, unit = f"decode workers {where}", "decode worker"
-    text = (f"closest: {where}, batch {batch:g} per {unit} ({', '.join(res.plan.applied) or 'no optimizations'}): "
-            f"{_LIMIT_NAMES.get(key, key)} {value * 1e3:,.1f} ms against the {limit_s * 1e3:,.1f} ms limit "
-            f"({100 * (ratio - 1):+.1f} %)")
-    return {**lay, "batch": batch, "disaggregated": bool(res.plan.serving.disaggregated),
-            "optimizations": list(res.plan.applied), "limit": key, "value_s": value,
-            "limit_s": limit_s, "over_pct": 100 * (ratio - 1), "text": text}
-
-
-def _infeasible_message(top: str, reasons: dict[str, int], n: int) -> str:
-    detail = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    return f"nothing fits on {n} accelerators: {_EXPLAIN.get(top, top)} (rejected points: {detail or 'none'})"
 
 
 def explain(pred: Prediction) -> list[dict[str, Any]]:

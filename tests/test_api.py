@@ -339,6 +339,8 @@ def test_closest_point_of_a_disaggregated_search_is_its_decode_workers():
 
 def test_no_closest_point_where_no_latency_limit_rejected_anything():
     """Weights that fit nowhere: no point reached the latency checks, so nothing is named."""
+    from infersim.infeasible import closest_to_limits
+
     pred = infersim.predict("l40s", "llama3.1-405b", "mlperf-llama3.1-405b-server", 1)
     assert not pred.feasible and "closest" not in pred.breakdown and "closest" not in pred.reason
-    assert api.closest_to_limits(pred.results, pred.inputs.scenario) is None
+    assert closest_to_limits(pred.results, pred.inputs.scenario) is None
