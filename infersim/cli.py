@@ -248,6 +248,7 @@ def run_cmd(
     explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
     samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
+    top: int = typer.Option(0, "--top", help="Also list the N best other configurations the search evaluated (layout and optimizations, best batch each, what stops it), 1-100."),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, checks, report, tco, workloads
@@ -266,6 +267,10 @@ def run_cmd(
             raise InfeasibleError(wpred.reason)
         return
     params = checks.parse_param_overrides(set_ or [])
+    if top and not 1 <= top <= 100:
+        raise SpecError(f"--top must be in [1, 100] configurations (got {top})")
+    if top and qps is not None:
+        raise SpecError("--top lists capacity configurations; it does not combine with --qps")
     if tco_capex is not None:
         if price is not None:
             raise SpecError("give either --price-per-hour or --tco-capex, not both")
@@ -275,9 +280,16 @@ def run_cmd(
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
                        params=params, price_per_hour=price, qps=qps, samples=samples)
     d = pred.to_dict()
+    others = None
+    if top:
+        from .runners_up import runners_up
+
+        others = runners_up(pred, top)
     if fmt == OutputFormat.json:
         if explain:
             d["explain"] = api.explain(pred)
+        if others is not None:
+            d["runners_up"] = others
         typer.echo(report.to_json(d))
     elif pred.feasible:
         console = _console()
@@ -285,6 +297,8 @@ def run_cmd(
             console.print(table)
         if explain:
             console.print(report.explain_table(api.explain(pred)))
+        if others:
+            console.print(report.runners_up_table(others))
     if not pred.feasible:
         raise InfeasibleError(pred.reason)
 

@@ -145,3 +145,19 @@ def save_figure(fig, path, fmt: str = "png"):
     fig.savefig(buf, format=fmt)
     plt.close(fig)
     return write_atomic(path, buf.getvalue())
+
+
+def runners_up_table(rows: list[dict[str, Any]]) -> Table:
+    """``runners_up.runners_up`` rows: the pick and the next configurations by tokens/s per accelerator."""
+    t = Table(title="configurations by tokens/s per accelerator (rank 0: the pick; others at their best batch on the search's axis)",
+              title_justify="left")
+    for col, just in (("#", "right"), ("layout per instance", "left"), ("instances", "right"), ("optimizations", "left"),
+                      ("batch", "right"), ("tokens/s/acc", "right"), ("× pick", "right"), ("TTFT p99 ms", "right"),
+                      ("TPOT p99 ms", "right"), ("stops at", "left")):
+        t.add_column(col, justify=just)
+    for r in rows:
+        lay = f"tp {r['tp']} · pp {r['pp']} · ep {r['ep']} · dp {r['dp']}" + (" (decode)" if r["disaggregated"] else "")
+        t.add_row(str(r["rank"]), lay, str(r["replicas"]), ", ".join(r["optimizations"]) or "none", _num(r["batch"], 0),
+                  _num(r["tokens_per_s_per_accelerator"], 1), f"{r['of_pick']:.3f}", _num(r["ttft_s"] * 1e3, 1),
+                  _num(r["tpot_s"] * 1e3, 2), r["stops_at"])
+    return t
