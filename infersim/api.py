@@ -16,7 +16,7 @@ from . import scheduler, search
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import resolve_formats
 from .grid import Result, latency_limits
-from .infeasible import EXPLAIN, closest_to_limits, infeasible_message
+from .infeasible import EXPLAIN, closest_to_limits, infeasible_message, latency_figure
 from .plan import Plan, SearchSpace, Serving
 from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, load_inputs
 from .serving import WorkloadStats
@@ -146,7 +146,7 @@ def _latency_slack(res: Result, i: int, j: int, limits, finite: bool = True) -> 
     with ``finite``, where the figure is not finite."""
     if not limits or (not res.ok[i, j] and Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}):
         return None
-    v = min(1.0 - float(np.broadcast_to(getattr(res.serving, key), res.ok.shape)[i, j]) / limit_s
+    v = min(1.0 - float(latency_figure(res, key)[i, j]) / limit_s
             for _, key, limit_s in limits)
     return None if finite and not np.isfinite(v) else v
 
@@ -290,9 +290,7 @@ def refined_best(results: list[Result], query: Query, stats: WorkloadStats):
     for res in results:
         if not res.any_feasible:
             continue
-        score = np.where(res.ok, res.score, -np.inf)
-        cols = np.argmax(score, axis=1)
-        rows = score[np.arange(score.shape[0]), cols]
+        cols, rows = res.best_per_layout()
         for i in np.argsort(-rows, kind="stable"):
             if rows[i] * REFINE_REACH <= top:
                 break

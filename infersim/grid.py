@@ -144,6 +144,13 @@ class Result:
         i, j = np.unravel_index(int(np.argmax(self.score)), self.ok.shape)
         return int(i), int(j)
 
+    def best_per_layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per layout row: the batch index of its best feasible point and that point's score
+        (−inf where the row has none)."""
+        score = self.score
+        cols = np.argmax(score, axis=1)
+        return cols, score[np.arange(score.shape[0]), cols]
+
     def reasons(self) -> dict[str, int]:
         return reason_counts(self.ok, self.reason)
 

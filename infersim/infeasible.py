@@ -26,7 +26,7 @@ EXPLAIN = {
 _LIMIT_NAMES = {"ttft_p99": "p99 TTFT", "tpot_p99": "p99 TPOT", "e2e_p99": "p99 end-to-end latency"}
 
 
-def _figure(res: Result, key: str) -> np.ndarray:
+def latency_figure(res: Result, key: str) -> np.ndarray:
     """A ``ServingResult`` latency field over the whole grid of ``res``."""
     return np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape)
 
@@ -53,7 +53,7 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
         rejected = np.isin(res.reason, codes) & ~res.ok
         if not np.any(rejected):
             continue
-        ratios = np.stack([_figure(res, key) / limit_s for _, key, limit_s in limits])
+        ratios = np.stack([latency_figure(res, key) / limit_s for _, key, limit_s in limits])
         finite = np.isfinite(ratios)
         scored = np.where(finite, ratios, -np.inf)
         own = np.zeros(res.ok.shape, dtype=bool)  # the rejecting limit's own figure is finite
@@ -67,7 +67,7 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
         return None
     ratio, res, i, j, k = best
     _, key, limit_s = limits[k]
-    value = float(_figure(res, key)[i, j])
+    value = float(latency_figure(res, key)[i, j])
     lay = {name: int(res.layouts[name][i]) for name in ("tp", "pp", "ep", "dp")}
     batch = float(res.batch[j])
     disaggregated = bool(res.plan.serving.disaggregated)

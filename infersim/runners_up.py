@@ -34,10 +34,8 @@ def runners_up(pred: Prediction, n: int) -> list[dict[str, Any]]:
     for res in pred.results:
         if not res.any_feasible:
             continue
-        score = np.where(res.ok, res.score, -np.inf)
-        cols = np.argmax(score, axis=1)
-        for i, j in enumerate(cols):
-            s = float(score[i, j])
+        cols, scores = res.best_per_layout()
+        for i, (j, s) in enumerate(zip(cols, scores.tolist())):
             if not np.isfinite(s):
                 continue
             key = (tuple(res.plan.applied), *(int(res.layouts[k][i]) for k in LAYOUT_KEYS))
