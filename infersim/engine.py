@@ -8,7 +8,7 @@ so a full step (every sequence advances once) takes pp stage times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -84,12 +84,18 @@ def stage_graph(plan: Plan, layout: Layout, stage_shape: Shape):
     """Operator graph of one pipeline stage's step: the model's blocks, the optimizations' extra
     ops (e.g. MTP drafting) and the plan's graph passes (e.g. fusion)."""
     imbalance = moe_imbalance(plan, layout, stage_shape.new_tokens)
-    graph = build_graph(plan.model, stage_shape, layout, plan.formats, moe_imbalance=imbalance,
-                        dispatch_bytes=plan.dispatch_bytes)
-    for _, extra in plan.step_extras:
-        graph = graph + extra(plan, layout, stage_shape, imbalance)
-    for _, graph_pass in plan.graph_passes:
-        graph = graph_pass(graph)
+    parts = plan.formats.components()
+    graph = None
+    for share, fmt in parts:  # a mixed-precision checkpoint: each format's share of the layers
+        p = plan if len(parts) == 1 else replace(plan, formats=fmt)
+        g = build_graph(p.model, stage_shape, layout, fmt, moe_imbalance=imbalance, dispatch_bytes=p.dispatch_bytes)
+        for _, extra in p.step_extras:
+            g = g + extra(p, layout, stage_shape, imbalance)
+        for _, graph_pass in p.graph_passes:
+            g = graph_pass(g)
+        if len(parts) > 1:
+            g = replace(g, ops=tuple(replace(op, count=op.count * share) for op in g.ops))
+        graph = g if graph is None else graph + g
     return graph
 
 

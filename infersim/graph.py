@@ -101,6 +101,17 @@ class Formats:
     vision_attention: str = "bf16"
     """Compute format of a vision encoder's attention (16 bit unless the engine runs it in fp8,
     e.g. vLLM ``VLLM_MM_ENCODER_FP8_ATTN=1`` in the NVIDIA v6.0 Qwen3-VL recipes)."""
+    weight_mix: tuple[tuple[str, float], ...] | None = None
+    """A mixed-precision checkpoint: (format, share of the linear layers' weights) pairs, each layer
+    in one format with activations to match (ModelOpt AutoQuantize); None: every layer in
+    ``weights``. ``weights`` is then the format of the largest share."""
+
+    def components(self) -> tuple[tuple[float, "Formats"], ...]:
+        """(share, uniform formats) per format of the checkpoint: the layers of each share run their
+        GEMMs at that format (one component of share 1 without a mix)."""
+        if self.weight_mix is None:
+            return ((1.0, self),)
+        return tuple((share, replace(self, weights=p, activations=p, weight_mix=None)) for p, share in self.weight_mix)
 
     @property
     def gemm(self) -> str:
@@ -120,6 +131,8 @@ class Formats:
 
     @property
     def wb(self) -> float:
+        if self.weight_mix is not None:  # bytes per weight averaged over the checkpoint's layers
+            return sum(share * BYTES_PER_ELEMENT[p] for p, share in self.weight_mix)
         return BYTES_PER_ELEMENT[self.weights]
 
     @property
@@ -639,8 +652,14 @@ def resolve_formats(precision_spec, hw, recipe=None) -> Formats:
         r = None if recipe is None else getattr(recipe, name)
         return r if value == "auto" and r is not None and hw.compute.supports(r) else value
 
+    mix = None if recipe is None else getattr(recipe, "weight_mix", None)
+    if precision_spec.weights != "auto" or precision_spec.activations != "auto" or (
+            mix is not None and not all(hw.compute.supports(p) for p, _ in mix)):
+        mix = None  # an explicit scenario format wins; a recipe for other hardware falls back to 'auto'
     w = from_recipe(precision_spec.weights, "weights")
     w = narrowest_supported(hw) if w == "auto" else w
+    if mix is not None:
+        w = max(mix, key=lambda ps: ps[1])[0]
     act = precision_spec.activations
     act = w if act == "auto" else act
     kv = from_recipe(precision_spec.kv_cache, "kv_cache")
@@ -649,4 +668,5 @@ def resolve_formats(precision_spec, hw, recipe=None) -> Formats:
     va = "bf16" if va == "auto" else va
     for p in (w, act, kv, va):
         assert p in PRECISIONS
-    return Formats(weights=w, activations=act, kv_cache=kv, vision_attention=va)
+    return Formats(weights=w, activations=act, kv_cache=kv, vision_attention=va,
+                   weight_mix=None if mix is None else tuple(mix))

@@ -34,6 +34,16 @@ def kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
+
+def _formats(c: dict) -> str:
+    """The formats line: a mixed-precision checkpoint lists its formats' shares of the weights,
+    largest first, each layer's activations in its own format."""
+    mix = c.get("weight_mix")
+    if mix:
+        parts = " + ".join(f"{p} {100 * share:.0f} %" for p, share in sorted(mix.items(), key=lambda ps: -ps[1]))
+        return f"weights {parts} of the layers (activations to match) · KV {c['kv_cache']}"
+    return f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"
+
 def prediction_tables(d: dict[str, Any]) -> list[Table]:
     """Tables for ``Prediction.to_dict()``: headline, configuration, time breakdown."""
     c = d["config"]
@@ -67,7 +77,7 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
         *pools,
         ("batch (sequences per instance)" + (" at capacity" if at_load else ""),
          f"{_num(c['batch'], 0)} (memory allows {_num(c['max_batch'], 0)})"),
-        ("formats", f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"),
+        ("formats", _formats(c)),
         ("optimizations", ", ".join(c["optimizations"]) or "none"),
     ]
     if c.get("cuda_graphs"):

@@ -525,6 +525,27 @@ def test_held_out_round_is_between_its_fitted_neighbours():
     assert held_out_round(result, "v4.0")["kernel_efficiency"] == pytest.approx(0.8)
 
 
+def test_held_out_round_skips_a_neighbour_whose_factor_was_held_not_fitted():
+    """A round without MoE rows holds its dense maturity as its MoE factor (``moe_without_evidence``):
+    a held-out round takes its MoE factor from the nearest rounds that fitted theirs, its dense
+    factor from its nearest neighbours as before."""
+    values = {"v4.0": {"kernel_efficiency": 0.7, "moe_kernel_efficiency": 0.7},
+              "v5.0": {"kernel_efficiency": 0.9, "moe_kernel_efficiency": 0.85},
+              "v5.1": {"kernel_efficiency": 1.0, "moe_kernel_efficiency": 1.0}}
+    result = accuracy.CalibrationResult(
+        hardware={}, presets={r: dict(v) for r, v in values.items() if r != "v5.1"},
+        initial={}, defaults={}, parameters=[], skipped={}, reference_round="v5.1", rows=0, excluded=[], before={},
+        after={}, by_owner={}, row_errors=[], data="x", date="2026-01-01", seconds=0.0, evaluations=0, predictions=0,
+        message="", round_values=values, held_factors={"v4.0": {"moe_kernel_efficiency"}})
+    from infersim.accuracy.cv import held_out_round
+
+    v41 = held_out_round(result, "v4.1")
+    assert v41["kernel_efficiency"] == pytest.approx((0.7 * 0.9) ** 0.5)  # both neighbours fitted it
+    assert v41["moe_kernel_efficiency"] == pytest.approx(0.85)  # v4.0 held its MoE factor: v5.0's alone
+    result.held_factors = {}
+    assert held_out_round(result, "v4.1")["moe_kernel_efficiency"] == pytest.approx((0.7 * 0.85) ** 0.5)
+
+
 def _die_folder(tmp_path, host_as=None, **kernels_as):
     """Pinned profiles in a user folder, ``kernels_as`` (and ``host_as``) set as given (profile ->
     sibling)."""

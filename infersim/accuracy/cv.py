@@ -104,17 +104,23 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
 
 
 def held_out_round(result: CalibrationResult, round_name: str) -> dict[str, float]:
-    """Round factors for a round the fit did not fit (see the module notes)."""
+    """Round factors for a round the fit did not fit (see the module notes): per factor, from the
+    nearest older and newer rounds whose value of it was fitted (a factor a round holds by rule for
+    want of rows, ``CalibrationResult.held_factors``, is no measurement of that round)."""
     usable = {r: v for r, v in result.round_values.items() if r in result.presets or r == result.reference_round}
     if round_name in usable:
         return dict(usable[round_name])
     k = version_key(round_name)
-    older = [r for r in usable if version_key(r) < k]
-    newer = [r for r in usable if version_key(r) > k]
-    picks = ([max(older, key=version_key)] if older else []) + ([min(newer, key=version_key)] if newer else [])
-    if not picks:
-        return dict(result.round_values.get(round_name) or round_defaults(tuple(ROUND_FACTORS)))
-    return {n: float(math.exp(np.mean([math.log(usable[r][n]) for r in picks]))) for n in usable[picks[0]]}
+    out = dict(result.round_values.get(round_name) or round_defaults(tuple(ROUND_FACTORS)))
+    names = {n for v in usable.values() for n in v}
+    for n in names:
+        have = [r for r in usable if n in usable[r] and n not in result.held_factors.get(r, ())]
+        older = [r for r in have if version_key(r) < k]
+        newer = [r for r in have if version_key(r) > k]
+        picks = ([max(older, key=version_key)] if older else []) + ([min(newer, key=version_key)] if newer else [])
+        if picks:
+            out[n] = float(math.exp(np.mean([math.log(usable[r][n]) for r in picks])))
+    return out
 
 
 def _held_out(run: Runner, result: CalibrationResult, test: Sequence[FitRow], names: Sequence[str]) -> list[dict]:

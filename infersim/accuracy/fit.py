@@ -714,6 +714,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             scope=scope, hardware_files={h: str(catalog.resolve("hardware", h)) for h in hardware_out
                                          if h not in run.hardware_override})
         result.round_values = {r: dict(rnd[r]) for r in rounds_all}
+        result.held_factors = {r: set(MOE_ROUND_FACTORS) for r in moe_held}
         result.op_errors = [{"version": o.version, "hardware": o.hardware, "model": o.model, "scenario": o.scenario,
                              "submitter": o.submitter, "system": o.system, "occupancy": o.occupancy,
                              "tpot_p50_ms": o.tpot_s * 1e3, "predicted_ms": None if v is None else v * 1e3}

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..errors import SpecError
 from ..specs._base import Spec, load_spec
@@ -106,6 +106,20 @@ class EngineFields(Spec):
     """Attention data parallelism within the instance (1: none)."""
     weights: Precision | None = None
     """Checkpoint weight format (e.g. fp4 for an NVFP4 checkpoint)."""
+    weight_mix: dict[Precision, Annotated[float, Field(gt=0, le=1)]] | None = None
+    """A mixed-precision checkpoint: the share of the linear layers' weights (by parameter count) in
+    each format, summing to 1; each layer runs its GEMMs in its own format (ModelOpt AutoQuantize
+    under an ``effective_bits`` budget). In place of ``weights``."""
+
+    @model_validator(mode="after")
+    def _mix_sums_to_one(self):
+        if self.weight_mix is not None:
+            total = sum(self.weight_mix.values())
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"weight_mix shares sum to {total:.6g}; they must sum to 1")
+            if self.weights is not None:
+                raise ValueError("weight_mix and weights exclude each other (the mix names every format)")
+        return self
     kv_cache: Precision | None = None
     """KV-cache format (vLLM ``--kv-cache-dtype``)."""
     vision_attention: Precision | None = None
@@ -160,6 +174,8 @@ class Recipe:
     ep: int | None = None
     dp: int | None = None
     weights: str | None = None
+    weight_mix: tuple[tuple[str, float], ...] | None = None
+    """(format, share) pairs of a mixed-precision checkpoint (``EngineFields.weight_mix``)."""
     kv_cache: str | None = None
     vision_attention: str | None = None
     disable: tuple[str, ...] = ()
@@ -256,6 +272,8 @@ class PresetSpec(Spec):
         fields = {f.name: d.get(f.name) for f in dataclass_fields(Recipe)}
         fields["stack"] = Stack(fields["stack"] or self.stack)
         fields["disable"] = tuple(fields["disable"] or ())
+        if fields["weight_mix"] is not None:
+            fields["weight_mix"] = tuple(sorted(fields["weight_mix"].items()))
         return Recipe(**fields)
 
     def maturity_for(self, recipe: Recipe) -> tuple[float, float, float]:
