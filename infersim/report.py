@@ -34,7 +34,6 @@ def kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return t
 
 
-
 def _formats(c: dict) -> str:
     """The formats line: a mixed-precision checkpoint lists its formats' shares of the weights,
     largest first, each layer's activations in its own format."""
@@ -43,6 +42,7 @@ def _formats(c: dict) -> str:
         parts = " + ".join(f"{p} {100 * share:.0f} %" for p, share in sorted(mix.items(), key=lambda ps: -ps[1]))
         return f"weights {parts} of the layers (activations to match) · KV {c['kv_cache']}"
     return f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"
+
 
 def prediction_tables(d: dict[str, Any]) -> list[Table]:
     """Tables for ``Prediction.to_dict()``: headline, configuration, time breakdown."""

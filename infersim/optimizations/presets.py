@@ -110,16 +110,6 @@ class EngineFields(Spec):
     """A mixed-precision checkpoint: the share of the linear layers' weights (by parameter count) in
     each format, summing to 1; each layer runs its GEMMs in its own format (ModelOpt AutoQuantize
     under an ``effective_bits`` budget). In place of ``weights``."""
-
-    @model_validator(mode="after")
-    def _mix_sums_to_one(self):
-        if self.weight_mix is not None:
-            total = sum(self.weight_mix.values())
-            if abs(total - 1.0) > 1e-6:
-                raise ValueError(f"weight_mix shares sum to {total:.6g}; they must sum to 1")
-            if self.weights is not None:
-                raise ValueError("weight_mix and weights exclude each other (the mix names every format)")
-        return self
     kv_cache: Precision | None = None
     """KV-cache format (vLLM ``--kv-cache-dtype``)."""
     vision_attention: Precision | None = None
@@ -137,6 +127,16 @@ class EngineFields(Spec):
         if unknown:
             raise ValueError(f"unknown optimization(s) {', '.join(unknown)} (known: {', '.join(sorted(REGISTRY))})")
         return v
+
+    @model_validator(mode="after")
+    def _mix_sums_to_one(self):
+        if self.weight_mix is not None:
+            total = sum(self.weight_mix.values())
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"weight_mix shares sum to {total:.6g}; they must sum to 1")
+            if self.weights is not None:
+                raise ValueError("weight_mix and weights exclude each other (the mix names every format)")
+        return self
 
 
 class EngineOverride(EngineFields):
