@@ -652,7 +652,7 @@ def resolve_formats(precision_spec, hw, recipe=None) -> Formats:
         r = None if recipe is None else getattr(recipe, name)
         return r if value == "auto" and r is not None and hw.compute.supports(r) else value
 
-    mix = None if recipe is None else getattr(recipe, "weight_mix", None)
+    mix = None if recipe is None else recipe.weight_mix
     if precision_spec.weights != "auto" or precision_spec.activations != "auto" or (
             mix is not None and not all(hw.compute.supports(p) for p, _ in mix)):
         mix = None  # an explicit scenario format wins; a recipe for other hardware falls back to 'auto'

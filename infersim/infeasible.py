@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from .grid import Result, latency_limits
+from .grid import LAYOUT_AXES, Result, latency_limits
 
 EXPLAIN = {
     "MEMORY": "the model's weights do not fit in accelerator memory with any allowed layout",
@@ -68,7 +68,7 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
     ratio, res, i, j, k = best
     _, key, limit_s = limits[k]
     value = float(latency_figure(res, key)[i, j])
-    lay = {name: int(res.layouts[name][i]) for name in ("tp", "pp", "ep", "dp")}
+    lay = {name: int(res.layouts[name][i]) for name in LAYOUT_AXES}
     batch = float(res.batch[j])
     disaggregated = bool(res.plan.serving.disaggregated)
     where = " · ".join(f"{name} {v}" for name, v in lay.items())

@@ -16,8 +16,7 @@ import numpy as np
 
 from .api import Prediction
 from .errors import Reason
-
-LAYOUT_KEYS = ("tp", "pp", "ep", "dp")
+from .grid import LAYOUT_AXES
 
 
 def runners_up(pred: Prediction, n: int) -> list[dict[str, Any]]:
@@ -29,7 +28,7 @@ def runners_up(pred: Prediction, n: int) -> list[dict[str, Any]]:
     if not pred.feasible or pred.result is None or pred.index is None:
         return []
     pick = pred.result
-    pick_key = (tuple(pick.plan.applied), *(int(pick.layouts[k][pred.index[0]]) for k in LAYOUT_KEYS))
+    pick_key = (tuple(pick.plan.applied), *(int(pick.layouts[k][pred.index[0]]) for k in LAYOUT_AXES))
     best: dict[tuple, tuple] = {}
     for res in pred.results:
         if not res.any_feasible:
@@ -38,7 +37,7 @@ def runners_up(pred: Prediction, n: int) -> list[dict[str, Any]]:
         for i, (j, s) in enumerate(zip(cols, scores.tolist())):
             if not np.isfinite(s):
                 continue
-            key = (tuple(res.plan.applied), *(int(res.layouts[k][i]) for k in LAYOUT_KEYS))
+            key = (tuple(res.plan.applied), *(int(res.layouts[k][i]) for k in LAYOUT_AXES))
             if key == pick_key and res is not pick:
                 continue  # the pick's own layout on the axis: superseded by its placed batch
             if key not in best or s > best[key][0]:
@@ -55,7 +54,7 @@ def runners_up(pred: Prediction, n: int) -> list[dict[str, Any]]:
             stops = Reason(int(res.reason[i, j + 1])).name
         else:
             stops = "END_OF_AXIS"
-        out.append({"rank": rank, **{k: config[k] for k in LAYOUT_KEYS}, "replicas": config["replicas"],
+        out.append({"rank": rank, **{k: config[k] for k in LAYOUT_AXES}, "replicas": config["replicas"],
                     "disaggregated": bool(config.get("disaggregated")), "batch": config["batch"],
                     "optimizations": list(res.plan.applied), "tokens_per_s_per_accelerator": m["tokens_per_s_per_accelerator"],
                     "of_pick": s / top if top > 0 else 0.0, "ttft_s": m["ttft_s"], "tpot_s": m["tpot_s"],
