@@ -483,6 +483,24 @@ def test_a_parameter_pushed_past_its_range_is_reported(tmp_path):
     assert hw.efficiency.calibration.findings == [finding["text"]]
 
 
+def test_a_finding_names_the_rows_that_hold_it_on_its_bound():
+    """A submitter's rows made with kernels slower than the range allows pull the value onto its
+    floor while the other's, made inside the range, pull it up: the finding names the first group
+    (its share of the pull towards the bound), not the second."""
+    slow = [dataclasses.replace(r, columns={**r.columns, "submitter": "Slow"})
+            for r in synthetic_rows("h100-sxm", {"compute_fraction": 0.15}, keys=KEYS[:1] + KEYS[7:8])]
+    fair = [dataclasses.replace(r, columns={**r.columns, "submitter": "Fair"})
+            for r in synthetic_rows("h100-sxm", {"compute_fraction": 0.5}, keys=KEYS[3:4])]
+    result = accuracy.calibrate(slow + fair, ["h100-sxm"], max_nfev=4, parameters=("compute_fraction",),
+                                prior_weight=0.0)
+    (finding,) = result.findings
+    assert finding["side"] == "lower"
+    groups = [h["group"] for h in finding["held_by"]]
+    assert groups[0] == "v5.1 Slow llama2-70b" and not any("Fair" in g for g in groups)
+    assert finding["held_by"][0]["share"] > 0.5 and finding["held_by"][0]["rows"] == 2
+    assert "held there by v5.1 Slow llama2-70b (2 residuals" in finding["text"]
+
+
 def test_cross_validation_has_three_fold_kinds():
     keys = [("llama2-70b", "offline", 8), ("llama3.1-8b", "offline", 1), ("llama2-70b", "server", 8),
             ("llama3.1-8b", "server", 1)]
