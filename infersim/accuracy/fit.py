@@ -128,14 +128,14 @@ HOLDER_SHARE = 0.1
 def _group(row) -> str:
     """A fit row's or operating point's group for ``_holders``: round, submitter and model (a
     published row keeps its submitter among its CSV columns)."""
-    submitter = getattr(row, "submitter", None) or getattr(row, "columns", {}).get("submitter") or "?"
-    return f"{row.version} {submitter} {row.model}"
+    submitter = getattr(row, "submitter", None) or getattr(row, "columns", {}).get("submitter")
+    return " ".join(part for part in (row.version, submitter, row.model) if part)
 
 
 def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Sequence[str], f_scale: float,
-             diff_step: float) -> None:
+             diff_step: float) -> int:
     """Name, in each hardware finding, the rows that hold the value on its bound (in place: the
-    text gains "held there by ...", the dict ``held_by``).
+    text gains "held there by ...", the dict ``held_by``); returns the calls of ``residuals``.
 
     The fit's cost is ½·f²·Σ ρ((r_i/f)²) (soft_l1, f = ``f_scale``), so its gradient along a
     parameter is Σ_i ρ'_i·r_i·∂r_i/∂x, ρ'_i = (1 + (r_i/f)²)^(−1/2); a row pulls the value down
@@ -147,9 +147,10 @@ def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Seq
     todo = [(f, index[f["parameter"]]) for f in findings if f.get("side") in ("lower", "upper")
             and f["parameter"] in index]
     if not todo:
-        return
+        return 0
     n = len(groups)
     r0 = residuals(x)[:n]
+    calls = 1
     weight = r0 / np.sqrt(1.0 + (r0 / f_scale) ** 2)
     for f, j in todo:
         xh = x.copy()
@@ -157,23 +158,24 @@ def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Seq
         if xh[j] == x[j]:
             continue
         slope = (residuals(xh)[:n] - r0) / (xh[j] - x[j])
+        calls += 1
         pull = weight * slope * (1.0 if f["side"] == "lower" else -1.0)  # > 0: towards the bound
         total = float(np.sum(np.maximum(pull, 0.0)))
         if not total > 0.0:
             continue
-        by_group: dict[str, list] = {}
+        by_group: dict[str, list] = {}  # group → [its pull towards the bound, its residuals that move]
         for g, v, s in zip(groups, pull, slope):
-            entry = by_group.setdefault(g, [0.0, 0, 0])
+            entry = by_group.setdefault(g, [0.0, 0])
             entry[0] += max(float(v), 0.0)
-            entry[1] += 1
-            entry[2] += bool(s != 0.0)
-        ranked = sorted(((v / total, g, k) for g, (v, _, k) in by_group.items()), reverse=True)
+            entry[1] += bool(s != 0.0)
+        ranked = sorted(((v / total, g, k) for g, (v, k) in by_group.items()), reverse=True)
         held = [{"group": g, "share": round(share, 3), "rows": k} for share, g, k in ranked if share >= HOLDER_SHARE][:3]
         if held:
             f["held_by"] = held
             f["text"] += "; held there by " + ", ".join(
                 f"{h['group']} ({h['rows']} residual{'s' if h['rows'] != 1 else ''}, {100 * h['share']:.0f} % of the pull)"
                 for h in held)
+    return calls
 
 
 def round_sig(x: float, digits: int = SIGNIFICANT_DIGITS) -> float:
@@ -725,8 +727,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                          f"held at the round's dense kernel maturity within the round order "
                          f"({rnd[r]['moe_kernel_efficiency']:.4g}), not evidence either way")
         if findings and params and fit:
-            _holders(findings, params, x, residuals, [_group(fr.row) for fr in fit] + [_group(o) for o in ops],
-                     f_scale, diff_step)
+            calls = _holders(findings, params, x, residuals, [_group(fr.row) for fr in fit] + [_group(o) for o in ops],
+                             f_scale, diff_step)
+            n_eval -= calls  # diagnostics, not the fit's own evaluations (after the call: it counts them)
         for f in list(findings):  # a tied value's finding belongs to every profile that carries it
             owner, _, name = f["parameter"].partition(".")
             for (d, n), (c, field) in sorted(ties.items()):
