@@ -12,7 +12,7 @@ the closed form's error against the seeds' mean, the standard error of that mean
 - ``noise``: outside it by less than two standard errors of the oracle (the grid cannot tell);
 - ``miss``: outside it by more than that.
 
-    python benchmarks/scheduler_grid.py [--seeds 4] [--requests 48000] [--router random|balanced]
+    python benchmarks/scheduler_grid.py [--seeds 4] [--requests 48000] [--router random|balanced|multistep]
                                         [--cases d1,d8] [--load 0.9]
 
 Prints one line per case and metric that is not ``ok``, then the counts. Figures go in the README
@@ -37,12 +37,25 @@ import test_scheduler as grid  # noqa: E402
 from infersim import des  # noqa: E402
 
 
-def oracle(d: int, gate: str, budget: str, load: float, router: str, seeds: int, requests: int):
+def multi_step_engine(steps: int, budget: str):
+    """The multi-step case's engine (``test_multi_step_scheduling_matches_engine_des``): one rank."""
+    mnt, chunked = grid.BUDGETS[budget]
+    return grid.Engine(max_batch_size=grid.CAP[1], max_num_tokens=mnt, chunked_prefill=chunked, decode_steps=steps)
+
+
+def oracle(d: int, gate: str, budget: str, load: float, router: str, seeds: int, requests: int, steps: int = 0):
     """The closed form's figures at the case's rate and the DES's per seed (dict metric → array),
-    the case placed as ``test_scheduler.compare`` places it (``load`` of the closed form's capacity)."""
-    eng = grid.engine_for(d, gate, budget, router)
+    the case placed as ``test_scheduler.compare`` places it (``load`` of the closed form's capacity);
+    ``steps`` > 0: the multi-step case of that many steps (one rank, no gate)."""
     st = grid.stats()
-    b, rate = grid.capacity(d, gate, budget, router)
+    if steps:
+        eng = multi_step_engine(steps, budget)
+        b = np.geomspace(1.0, grid.CAP[1], 160)
+        r = grid.closed(eng, 1, b)
+        rate = np.where(r.ok, r.rate, 0.0)
+    else:
+        eng = grid.engine_for(d, gate, budget, router)
+        b, rate = grid.capacity(d, gate, budget, router)
     i = int(np.argmax(rate))
     batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
     r = grid.closed(eng, d, batch)
@@ -69,19 +82,29 @@ def verdicts(model: dict, sims: dict) -> dict:
 
 
 def cases(router: str, which: set[str], load: float | None):
+    """(d, gate, budget, load, steps) of the grid: the ADP grid's (steps 0) for ``router``, or with
+    ``router`` "multistep" the multi-step grid's (d = 1, gate off)."""
+    if router == "multistep":
+        for n in (4, 9):
+            for budget in ("none", "flat2048"):
+                for ld in grid.LOADS:
+                    if load is None or abs(ld - load) <= 1e-9:
+                        yield 1, "off", budget, ld, n
+        return
     for d, gate, budget, ld in grid.case_ids():
         if f"d{d}" not in which or (load is not None and abs(ld - load) > 1e-9):
             continue
         if router == "balanced" and d == 1:
             continue
-        yield d, gate, budget, ld
+        yield d, gate, budget, ld, 0
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, default=4, help="DES runs per case (seeds 1..N)")
     ap.add_argument("--requests", type=int, default=48_000, help="requests per DES run")
-    ap.add_argument("--router", choices=("random", "balanced"), default="random")
+    ap.add_argument("--router", choices=("random", "balanced", "multistep"), default="random",
+                    help="the ADP grid with that router, or the multi-step grid (4 and 9 steps, one rank)")
     ap.add_argument("--cases", default="d1,d8", help="comma-separated rank counts to run: d1, d8")
     ap.add_argument("--load", type=float, default=None, help="only this load (0.3, 0.6 or 0.9)")
     args = ap.parse_args(argv)
@@ -91,19 +114,22 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     counts = {"ok": 0, "noise": 0, "miss": 0}
     case_counts = {"ok": 0, "noise": 0, "miss": 0}
-    gaps = grid.KNOWN_GAPS if args.router == "random" else {(8,) + k: v for k, v in grid.KNOWN_GAPS_BALANCED.items()}
+    gaps = {(d, g, b, ld, 0): v for (d, g, b, ld), v in grid.KNOWN_GAPS.items()} if args.router == "random" else \
+        {(8, g, b, ld, 0): v for (g, b, ld), v in grid.KNOWN_GAPS_BALANCED.items()} if args.router == "balanced" else \
+        {(1, "off", b, ld, n): v for (n, b, ld), v in grid.MULTI_STEP_GAPS.items()}
+    router = "random" if args.router == "multistep" else args.router
     print(f"router {args.router}: {args.seeds} seeds x {args.requests:,} requests per case; tolerances "
           + ", ".join(f"{k} {100 * v:.0f} %" for k, v in grid.TOL.items()))
-    for d, gate, budget, load in cases(args.router, which, args.load):
-        model, sims, ok_des = oracle(d, gate, budget, load, args.router, args.seeds, args.requests)
+    for d, gate, budget, load, steps in cases(args.router, which, args.load):
+        model, sims, ok_des = oracle(d, gate, budget, load, router, args.seeds, args.requests, steps)
         v = verdicts(model, sims)
         flag_note = "" if all(o == model["ok"] for o in ok_des) else f"  flags: model {model['ok']}, DES {ok_des}"
         worst = "miss" if any(x[2] == "miss" for x in v.values()) else "noise" if any(x[2] == "noise" for x in v.values()) else "ok"
         if flag_note:
             worst = "miss"
         case_counts[worst] += 1
-        pinned = " (pinned gap)" if (d, gate, budget, load) in gaps else ""
-        label = f"d={d} gate {gate:>3} {budget:>8} load {int(100 * load)} %"
+        pinned = " (pinned gap)" if (d, gate, budget, load, steps) in gaps else ""
+        label = (f"{steps} steps" if steps else f"d={d} gate {gate:>3}") + f" {budget:>8} load {int(100 * load)} %"
         for k, (err, se, verdict) in v.items():
             counts[verdict] += 1
             if verdict != "ok":

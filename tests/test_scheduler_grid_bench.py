@@ -28,3 +28,6 @@ def test_the_grid_is_the_test_modules():
     cases = list(G.cases("random", {"d1", "d8"}, None))
     assert len(cases) == 36 and set(G.cases("balanced", {"d1", "d8"}, None)) == {c for c in cases if c[0] == 8}
     assert all(c[3] == 0.9 for c in G.cases("random", {"d1"}, 0.9)) and len(list(G.cases("random", {"d1"}, 0.9))) == 3
+    multi = list(G.cases("multistep", {"d1", "d8"}, None))
+    assert len(multi) == 12 and {c[4] for c in multi} == {4, 9} and all(c[:2] == (1, "off") for c in multi)
+    assert G.multi_step_engine(9, "flat2048").decode_steps == 9
