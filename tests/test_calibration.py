@@ -497,7 +497,7 @@ def test_a_finding_names_the_rows_that_hold_it_on_its_bound():
     assert finding["side"] == "lower"
     groups = [h["group"] for h in finding["held_by"]]
     assert groups[0] == "v5.1 Slow llama2-70b" and not any("Fair" in g for g in groups)
-    assert finding["held_by"][0]["share"] > 0.5 and finding["held_by"][0]["rows"] == 2
+    assert finding["held_by"][0]["share"] > 0.5 and finding["held_by"][0]["residuals"] == 2
     assert "held there by v5.1 Slow llama2-70b (2 residuals" in finding["text"]
 
 

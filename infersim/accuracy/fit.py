@@ -151,7 +151,7 @@ def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Seq
     n = len(groups)
     r0 = residuals(x)[:n]
     calls = 1
-    weight = r0 / np.sqrt(1.0 + (r0 / f_scale) ** 2)
+    rho_r = r0 / np.sqrt(1.0 + (r0 / f_scale) ** 2)  # ρ'_i·r_i: each row's gradient term per unit slope
     for f, j in todo:
         xh = x.copy()
         xh[j] = float(np.clip(x[j] + (diff_step if f["side"] == "lower" else -diff_step), 0.0, 1.0))
@@ -159,7 +159,7 @@ def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Seq
             continue
         slope = (residuals(xh)[:n] - r0) / (xh[j] - x[j])
         calls += 1
-        pull = weight * slope * (1.0 if f["side"] == "lower" else -1.0)  # > 0: towards the bound
+        pull = rho_r * slope * (1.0 if f["side"] == "lower" else -1.0)  # > 0: towards the bound
         total = float(np.sum(np.maximum(pull, 0.0)))
         if not total > 0.0:
             continue
@@ -169,12 +169,13 @@ def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Seq
             entry[0] += max(float(v), 0.0)
             entry[1] += bool(s != 0.0)
         ranked = sorted(((v / total, g, k) for g, (v, k) in by_group.items()), reverse=True)
-        held = [{"group": g, "share": round(share, 3), "rows": k} for share, g, k in ranked if share >= HOLDER_SHARE][:3]
+        held = [{"group": g, "share": round(share, 3), "residuals": k} for share, g, k in ranked
+                if share >= HOLDER_SHARE][:3]
         if held:
             f["held_by"] = held
             f["text"] += "; held there by " + ", ".join(
-                f"{h['group']} ({h['rows']} residual{'s' if h['rows'] != 1 else ''}, {100 * h['share']:.0f} % of the pull)"
-                for h in held)
+                f"{h['group']} ({h['residuals']} residual{'s' if h['residuals'] != 1 else ''}, "
+                f"{100 * h['share']:.0f} % of the pull)" for h in held)
     return calls
 
 
