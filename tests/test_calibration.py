@@ -464,6 +464,8 @@ def test_round_factors_stay_monotone_and_a_bound_is_a_finding(tmp_path):
     assert result.presets["v5.0"]["kernel_efficiency"] <= result.round_values["v5.1"]["kernel_efficiency"]
     found = [f for f in result.findings if f["parameter"] == "v5.0.kernel_efficiency"]
     assert found and found[0]["side"] == "lower" and "older round faster" in found[0]["text"]
+    # the rows that hold it there are the v5.0 rows (made with the faster kernels), not v5.1's
+    assert found[0]["held_by"] and all(h["group"].startswith("v5.0 ") for h in found[0]["held_by"])
     assert "findings (" in result.to_table()
     accuracy.write(result, tmp_path / "out")
     preset = load_spec(PresetSpec, tmp_path / "out" / "presets" / "v5.0.yaml")

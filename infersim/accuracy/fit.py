@@ -134,8 +134,9 @@ def _group(row) -> str:
 
 def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Sequence[str], f_scale: float,
              diff_step: float) -> int:
-    """Name, in each hardware finding, the rows that hold the value on its bound (in place: the
-    text gains "held there by ...", the dict ``held_by``); returns the calls of ``residuals``.
+    """Name, in each finding of a fitted value (a hardware efficiency, a round's step against its
+    neighbour), the rows that hold it on its bound (in place: the text gains "held there by ...",
+    the dict ``held_by``); returns the calls of ``residuals``.
 
     The fit's cost is ½·f²·Σ ρ((r_i/f)²) (soft_l1, f = ``f_scale``), so its gradient along a
     parameter is Σ_i ρ'_i·r_i·∂r_i/∂x, ρ'_i = (1 + (r_i/f)²)^(−1/2); a row pulls the value down
@@ -143,7 +144,7 @@ def _holders(findings: list[dict], params, x: np.ndarray, residuals, groups: Seq
     the range (rows of other hardware are cache hits), against the residuals at ``x`` under the same
     pinned choices (the optimizer's last residuals may predate a re-pin). Groups (``_group``) with
     at least ``HOLDER_SHARE`` of the pull towards the finding's bound are named, largest first."""
-    index = {p.label: j for j, p in enumerate(params) if p.kind == "hardware"}
+    index = {p.label: j for j, p in enumerate(params) if p.kind in ("hardware", "step")}
     todo = [(f, index[f["parameter"]]) for f in findings if f.get("side") in ("lower", "upper")
             and f["parameter"] in index]
     if not todo:
