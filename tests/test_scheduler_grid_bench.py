@@ -31,3 +31,15 @@ def test_the_grid_is_the_test_modules():
     multi = list(G.cases("multistep", {"d1", "d8"}, None))
     assert len(multi) == 12 and {c[4] for c in multi} == {4, 9} and all(c[:2] == (1, "off") for c in multi)
     assert G.multi_step_engine(9, "flat2048").decode_steps == 9
+
+
+def test_the_script_runs_end_to_end(capsys):
+    """A small run through ``main``: one rank's cases at 30 % load, two short seeds; the summary line
+    counts the three cases."""
+    G.main(["--cases", "d1", "--load", "0.3", "--seeds", "2", "--requests", "2000"])
+    out = capsys.readouterr().out
+    assert "router random: 2 seeds x 2,000 requests per case" in out
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("cases: ") and " of 3 within every tolerance" in summary
+    with pytest.raises(SystemExit):
+        G.main(["--seeds", "1"])
