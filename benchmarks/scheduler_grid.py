@@ -37,31 +37,16 @@ import test_scheduler as grid  # noqa: E402
 from infersim import des  # noqa: E402
 
 
-def multi_step_engine(steps: int, budget: str):
-    """The multi-step case's engine (``test_multi_step_scheduling_matches_engine_des``): one rank."""
-    mnt, chunked = grid.BUDGETS[budget]
-    return grid.Engine(max_batch_size=grid.CAP[1], max_num_tokens=mnt, chunked_prefill=chunked, decode_steps=steps)
+multi_step_engine = grid.multi_step_engine
 
 
 def oracle(d: int, gate: str, budget: str, load: float, router: str, seeds: int, requests: int, steps: int = 0):
     """The closed form's figures at the case's rate and the DES's per seed (dict metric → array),
-    the case placed as ``test_scheduler.compare`` places it (``load`` of the closed form's capacity);
-    ``steps`` > 0: the multi-step case of that many steps (one rank, no gate)."""
+    the case placed as the test module places it (``load`` of the closed form's capacity); ``steps``
+    > 0: the multi-step case of that many steps (one rank, no gate)."""
     st = grid.stats()
-    if steps:
-        eng = multi_step_engine(steps, budget)
-        b = np.geomspace(1.0, grid.CAP[1], 160)
-        r = grid.closed(eng, 1, b)
-        rate = np.where(r.ok, r.rate, 0.0)
-    else:
-        eng = grid.engine_for(d, gate, budget, router)
-        b, rate = grid.capacity(d, gate, budget, router)
-    i = int(np.argmax(rate))
-    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
-    r = grid.closed(eng, d, batch)
-    model = {k: float(np.ravel(getattr(r, k))[0]) for k in ("tokens_per_s", "ttft_mean", "tpot_mean", "tpot_p99", "ttft_p99")}
-    model["decode_batch"] = float(grid.serving.decode_batch(batch, 1.0, st))
-    model["ok"] = bool(r.ok[0])
+    eng, batch, r = grid.multi_step_placed(steps, budget, load) if steps else grid.placed(d, gate, budget, load, router)
+    model = grid.figures(r, batch)
     runs = [des.simulate_engine(float(r.rate[0]), d, eng, grid.decode_time, grid.S_TOK, (st.isl_points, st.isl_probs),
                                 grid.OSL, n_requests=requests, percentile=100 * grid.Q, seed=s) for s in range(1, seeds + 1)]
     sims = {k: np.array([getattr(x, v) for x in runs], dtype=float) for k, v in grid.PAIRS.items()}
@@ -85,11 +70,9 @@ def cases(router: str, which: set[str], load: float | None):
     """(d, gate, budget, load, steps) of the grid: the ADP grid's (steps 0) for ``router``, or with
     ``router`` "multistep" the multi-step grid's (d = 1, gate off)."""
     if router == "multistep":
-        for n in (4, 9):
-            for budget in ("none", "flat2048"):
-                for ld in grid.LOADS:
-                    if load is None or abs(ld - load) <= 1e-9:
-                        yield 1, "off", budget, ld, n
+        for n, budget, ld in grid.multi_step_cases():
+            if load is None or abs(ld - load) <= 1e-9:
+                yield 1, "off", budget, ld, n
         return
     for d, gate, budget, ld in grid.case_ids():
         if f"d{d}" not in which or (load is not None and abs(ld - load) > 1e-9):

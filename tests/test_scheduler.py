@@ -151,30 +151,43 @@ def case_ids():
                     yield d, gate, budget, load
 
 
-@cache
-def compare(d: int, gate: str, budget: str, load: float, n_requests: int = N_REQUESTS, seed: int = 3,
-            router: str = "random"):
-    """The closed form at ``load`` of its capacity and the DES at the same arrival rate (the test's
-    oracle: ``n_requests`` requests, ``seed``; benchmarks/operating_points.py --des-requests runs a
-    longer one)."""
-    b, rate = capacity(d, gate, budget, router)
+def at_load(eng: Engine, d: int, b: np.ndarray, rate: np.ndarray, load: float):
+    """(occupancy, closed form) at ``load`` of the largest feasible ``rate`` on the occupancy axis ``b``."""
     i = int(np.argmax(rate))
-    target = load * rate[i]
-    batch = float(np.interp(target, rate[: i + 1], b[: i + 1]))
+    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
+    return batch, closed(eng, d, batch)
+
+
+def placed(d: int, gate: str, budget: str, load: float, router: str = "random"):
+    """(engine, occupancy, closed form) of an ADP grid case at ``load`` of its capacity."""
     eng = engine_for(d, gate, budget, router)
-    r = closed(eng, d, batch)
-    st = stats()
-    sim = des.simulate_engine(float(r.rate[0]), d, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
-                              n_requests=n_requests, percentile=100 * Q, seed=seed)
+    return (eng, *at_load(eng, d, *capacity(d, gate, budget, router), load))
+
+
+def figures(r, batch: float) -> dict:
+    """The closed form's figures the tolerances compare (``PAIRS``' keys), its feasibility and reason."""
     model = {k: float(np.ravel(getattr(r, k))[0]) for k in ("tokens_per_s", "ttft_mean", "tpot_mean", "tpot_p99", "ttft_p99")}
     # the sequences past their first token on both sides (serving.decode_batch, EngineDes.decode_batch):
     # B itself counts each request for OSL/L mean iterations, the DES's occupancy from the start of
     # its admitting iteration, a longer one (a context iteration, with the prompt's own prefill, and
     # chunked the iterations of its rest): unlike by λ × that excess, −0.5 to −4 % (multi-step 9)
-    model["decode_batch"] = float(serving.decode_batch(batch, 1.0, st))
+    model["decode_batch"] = float(serving.decode_batch(batch, 1.0, stats()))
     model["ok"] = bool(r.ok[0])
     model["reason"] = int(r.reason[0])
-    return model, sim
+    return model
+
+
+@cache
+def compare(d: int, gate: str, budget: str, load: float, n_requests: int = N_REQUESTS, seed: int = 3,
+            router: str = "random"):
+    """The closed form at ``load`` of its capacity and the DES at the same arrival rate (the test's
+    oracle: ``n_requests`` requests, ``seed``; benchmarks/operating_points.py --des-requests runs a
+    longer one, benchmarks/scheduler_grid.py several seeds)."""
+    eng, batch, r = placed(d, gate, budget, load, router)
+    st = stats()
+    sim = des.simulate_engine(float(r.rate[0]), d, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
+                              n_requests=n_requests, percentile=100 * Q, seed=seed)
+    return figures(r, batch), sim
 
 
 KNOWN_GAPS = {  # (d, gate, budget, load) -> measured miss (model − DES)/DES
@@ -614,9 +627,27 @@ MULTI_STEP_GAPS = {  # (steps, budget, load) -> measured miss (model − DES)/DE
 }
 
 
+def multi_step_cases():
+    """(steps, budget, load) of the multi-step grid."""
+    return [(n, b, load) for n in (4, 9) for b in ("none", "flat2048") for load in LOADS]
+
+
+def multi_step_engine(steps: int, budget: str) -> Engine:
+    """A multi-step case's engine: one rank, no gate, admission every ``steps`` iterations."""
+    mnt, chunked = BUDGETS[budget]
+    return Engine(max_batch_size=CAP[1], max_num_tokens=mnt, chunked_prefill=chunked, decode_steps=steps)
+
+
+def multi_step_placed(steps: int, budget: str, load: float):
+    """(engine, occupancy, closed form) of a multi-step case at ``load`` of its capacity."""
+    eng = multi_step_engine(steps, budget)
+    b = np.geomspace(1.0, CAP[1], 160)
+    r = closed(eng, 1, b)
+    return (eng, *at_load(eng, 1, b, np.where(r.ok, r.rate, 0.0), load))
+
+
 def _multi_step_params():
-    cases = [(n, b, load) for n in (4, 9) for b in ("none", "flat2048") for load in LOADS]
-    return _gapped(cases, MULTI_STEP_GAPS, lambda n, b, load: f"steps{n}-{b}-load{int(100 * load)}")
+    return _gapped(multi_step_cases(), MULTI_STEP_GAPS, lambda n, b, load: f"steps{n}-{b}-load{int(100 * load)}")
 
 
 @pytest.mark.parametrize("steps, budget, load", list(_multi_step_params()))
@@ -625,14 +656,7 @@ def test_multi_step_scheduling_matches_engine_des(steps, budget, load):
     gate period against des.simulate_engine, same tolerances as the ADP grid. A prompt waits for
     the next scheduler call, uniformly over the period, so TTFT grows with the steps while the
     iteration cost, and with it TPOT and the throughput, stays as in single-step scheduling."""
-    mnt, chunked = BUDGETS[budget]
-    eng = Engine(max_batch_size=CAP[1], max_num_tokens=mnt, chunked_prefill=chunked, decode_steps=steps)
-    b = np.geomspace(1.0, CAP[1], 160)
-    r = closed(eng, 1, b)
-    rate = np.where(r.ok, r.rate, 0.0)
-    i = int(np.argmax(rate))
-    batch = float(np.interp(load * rate[i], rate[: i + 1], b[: i + 1]))
-    m = closed(eng, 1, batch)
+    eng, batch, m = multi_step_placed(steps, budget, load)
     st = stats()
     sim = des.simulate_engine(float(m.rate[0]), 1, eng, decode_time, S_TOK, (st.isl_points, st.isl_probs), OSL,
                               n_requests=N_REQUESTS, percentile=100 * Q, seed=3)
