@@ -41,10 +41,13 @@ def base_plan(inputs: Inputs, software: Software, layout: LayoutRequest, acceler
     space = SearchSpace(**fixed, batch=axis_values(layout.batch), max_batch=sc.max_batch,
                         attention_dp=any(d > 1 for d in fixed["dp"] or ()))
     kernel, moe_kernel, host = preset.maturity_for(recipe)
+    engine = preset.engine_for(inputs.model_id, kind, inputs.hardware_id)
+    if software.dispatch is not None:  # the user's front end, not the preset's
+        engine = replace(engine, instance_dispatch=software.dispatch)
     return Plan(hardware=hw, model=inputs.model, formats=resolve_formats(sc.precision, hw, recipe), search=space,
                 serving=_serving(sc.workload),
                 kernel_efficiency=kernel, moe_kernel_efficiency=moe_kernel, host_overhead_scale=host,
-                engine=preset.engine_for(inputs.model_id, kind, inputs.hardware_id))
+                engine=engine)
 
 
 def _serving(workload) -> Serving:
@@ -313,8 +316,9 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     ----------
     query : Query, or CLI-style arguments for ``Query.build`` (hardware, model, scenario,
         accelerators, round=, isl=, osl=, trace=, tp=, ep=, dp=, pp=, batch=, enable=,
-        disable=, params=, price_per_hour=, presets_dir=, inputs=, preset=). Unset layout
-        arguments are searched; set ones are fixed.
+        disable=, params=, price_per_hour=, presets_dir=, inputs=, preset=, dispatch=). Unset layout
+        arguments are searched; set ones are fixed; ``dispatch`` (random, round_robin,
+        load_balancing) replaces the round preset's request dispatch to the instances.
     raise_infeasible : raise ``InfeasibleError`` instead of returning an infeasible prediction.
     qps : requests/s for the whole system (Server/Interactive): predict the capacity-best
         aggregated configuration at that load instead (``scheduler.operating_point``).

@@ -82,7 +82,7 @@ def _capacity(query_at: Callable[[int], Query], n: int, cache: dict[int, api.Pre
 
 def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, round: str | None = None,
              price_per_hour: float | None = None, max_accelerators: int = 100_000,
-             enable=(), disable=(), trace=None) -> Candidate:
+             enable=(), disable=(), trace=None, dispatch: str | None = None) -> Candidate:
     """Fewest accelerators of ``hardware`` whose predicted capacity meets the target.
 
     Notes
@@ -92,7 +92,7 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
     bisection the smallest one; each probe is a full prediction.
     """
     inputs = load_inputs(hardware, model, scenario, trace=trace)
-    software = Software.for_round(round, enable=enable, disable=disable)
+    software = Software.for_round(round, enable=enable, disable=disable, dispatch=dispatch)
     price = inputs.hardware.price.usd_per_hour if price_per_hour is None else price_per_hour
     query_at = lambda n: Query(inputs, n, software, price_per_hour=price)  # noqa: E731
     cache: dict[int, api.Prediction] = {}
@@ -127,7 +127,7 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
 def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | None = None,
          target_requests_per_s: float | None = None, round: str | None = None,
          price_per_hour: float | None = None, max_accelerators: int = 100_000, enable=(), disable=(),
-         progress: Callable[[str], None] | None = None, trace=None) -> list[Candidate]:
+         progress: Callable[[str], None] | None = None, trace=None, dispatch: str | None = None) -> list[Candidate]:
     """Plan every candidate hardware; cheapest first (infeasible ones last).
 
     Parameters
@@ -138,7 +138,10 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
         prefixes; ``specs.traffic``); without a target, its measured arrival rate (``arrival_s``
         column) is the requests/s to serve.
     price_per_hour : US$ per accelerator-hour for every candidate (default: each profile's).
+    dispatch : how the front end hands requests to the instances (``query.DISPATCH_POLICIES``;
+        default: the round preset's).
     """
+    Software.for_round(round, dispatch=dispatch)  # bad input fails before any candidate is planned
     if trace is not None and target_tokens_per_s is None and target_requests_per_s is None:
         from .specs.traffic import read_trace
 
@@ -167,7 +170,8 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
 
             tokens = target * WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean
         out.append(plan_one(hw, model, scenario, tokens, round=round, price_per_hour=price_per_hour,
-                            max_accelerators=max_accelerators, enable=enable, disable=disable, trace=trace))
+                            max_accelerators=max_accelerators, enable=enable, disable=disable, trace=trace,
+                            dispatch=dispatch))
     out.sort(key=lambda c: (not c.feasible, c.to_dict().get("usd_per_month", math.inf)))
     return out
 

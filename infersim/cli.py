@@ -218,6 +218,8 @@ class OutputFormat(str, Enum):
 
 
 _ENABLE_HELP = "Turn an optimization on (repeatable): fusion, overlap, attention_dp, mtp, wide_ep, disagg, kv_routing."
+_DISPATCH_HELP = ("How the front end hands requests to the instances (Server/Interactive, several instances): random, "
+                  "round_robin or load_balancing (to the fewest in flight); default: the round preset's (random).")
 
 
 @app.command("run")
@@ -249,6 +251,7 @@ def run_cmd(
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
     samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
     top: int = typer.Option(0, "--top", help="Also list the N best other configurations the search evaluated (layout and optimizations, best batch each, what stops it), 1-100."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=_DISPATCH_HELP),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, checks, report, tco, workloads
@@ -256,7 +259,7 @@ def run_cmd(
     if workloads.handles(model, scenario):  # text-to-video / recommendation: samples/s
         workloads.reject_llm_flags(round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch,
                                    enable=enable, disable=disable, set=set_, price_per_hour=price, tco_capex=tco_capex,
-                                   explain=explain)
+                                   explain=explain, dispatch=dispatch)
         wpred = workloads.predict(hardware, model, scenario, accelerators)
         if fmt == OutputFormat.json:
             typer.echo(report.to_json(wpred.to_dict()))
@@ -278,7 +281,7 @@ def run_cmd(
         price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
-                       params=params, price_per_hour=price, qps=qps, samples=samples)
+                       params=params, price_per_hour=price, qps=qps, samples=samples, dispatch=dispatch)
     d = pred.to_dict()
     others = None
     if top:
@@ -337,6 +340,7 @@ def pareto_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the frontier to this file (.csv or .json)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the frontier to this PNG file."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=_DISPATCH_HELP),
 ) -> None:
     """Tokens/s per accelerator vs tokens/s per user over every configuration that fits (Pareto frontier)."""
     from . import api, pareto, report
@@ -346,7 +350,7 @@ def pareto_cmd(
     if plot is not None:
         files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
-                       disable=disable or [])
+                       disable=disable or [], dispatch=dispatch)
     points = pareto.frontier_points(pred)
     if not points:
         raise InfeasibleError(pred.reason or "no configuration fits in memory")

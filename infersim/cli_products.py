@@ -156,6 +156,9 @@ def plan_cmd(
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the plan to this .json or .csv file."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Bar chart of US$/month per candidate (PNG)."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help="How the front end hands requests to the "
+                                           "instances: random, round_robin or load_balancing (to the fewest in "
+                                           "flight); default: the round preset's (random)."),
 ) -> list:
     """Fewest accelerators (and cost) of each candidate hardware that serve a target load within the limits."""
     from . import capacity
@@ -165,7 +168,8 @@ def plan_cmd(
     candidates = capacity.plan(_list(hardware, str, "--hardware"), model, scenario, target_tokens_per_s=target_tokens,
                                target_requests_per_s=target_requests, round=round_, price_per_hour=price,
                                max_accelerators=max_accelerators, enable=enable or (), disable=disable or (),
-                               progress=lambda hw: typer.echo(f"planning {hw} …", err=True), trace=trace)
+                               progress=lambda hw: typer.echo(f"planning {hw} …", err=True), trace=trace,
+                               dispatch=dispatch)
     rows = [c.to_dict() for c in candidates]
     if plot is not None:
         capacity.plot(candidates, plot, f"{model or scenario} · {scenario}")

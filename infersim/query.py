@@ -108,6 +108,11 @@ class LayoutRequest:
                 raise SpecError(f"--batch must be in [1, 1e6] sequences (got {b})")
 
 
+DISPATCH_POLICIES: tuple[str, ...] = ("random", "round_robin", "load_balancing")
+"""``--dispatch`` values: each request to a random instance, dealt in turn, or to the instance with
+the fewest requests in flight (``plan.Engine.instance_dispatch``)."""
+
+
 @dataclass(frozen=True)
 class Software:
     """The software side: a round's preset plus the user's optimization toggles."""
@@ -119,14 +124,20 @@ class Software:
     disable: tuple[str, ...] = ()
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Optimization parameters the user set ({kind: {param: value}})."""
+    dispatch: str | None = None
+    """How the front end hands arriving requests to the instances (``plan.Engine.instance_dispatch``:
+    random, round_robin or load_balancing); None: the round preset's engine setting."""
 
     @classmethod
     def for_round(cls, round: str | None = None, *, presets_dir=None, preset: PresetSpec | None = None,
-                  enable=(), disable=(), params=None) -> "Software":
+                  enable=(), disable=(), params=None, dispatch: str | None = None) -> "Software":
         """The preset of ``round`` (default: the latest) with the user's toggles."""
+        if dispatch is not None and dispatch not in DISPATCH_POLICIES:
+            raise SpecError(f"--dispatch must be one of {', '.join(DISPATCH_POLICIES)} (got {dispatch!r})")
         if preset is None:
             preset = load_preset(round or LATEST) if presets_dir is None else load_preset(round, presets_dir)
-        return cls(preset, resolve_round(round), tuple(enable or ()), tuple(disable or ()), dict(params or {}))
+        return cls(preset, resolve_round(round), tuple(enable or ()), tuple(disable or ()), dict(params or {}),
+                   dispatch)
 
 
 @dataclass(frozen=True)
@@ -155,11 +166,11 @@ class Query:
               tp: int | None = None, ep: int | None = None, dp: int | None = None, pp: int | None = None,
               batch: float | None = None, enable=(), disable=(), params: dict | None = None,
               price_per_hour: float | None = None, presets_dir=None, inputs: Inputs | None = None,
-              preset: PresetSpec | None = None) -> "Query":
+              preset: PresetSpec | None = None, dispatch: str | None = None) -> "Query":
         """A query from CLI-style arguments (IDs or paths or spec objects; None = default/searched)."""
         inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl, trace=trace)
         check_request(inputs, accelerators, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch, price_per_hour=price_per_hour)
         n = int(accelerators) if accelerators is not None else default_accelerators(inputs.hardware)
         software = Software.for_round(round, presets_dir=presets_dir, preset=preset, enable=enable, disable=disable,
-                                      params=params)
+                                      params=params, dispatch=dispatch)
         return cls(inputs, n, software, LayoutRequest(tp=tp, pp=pp, ep=ep, dp=dp, batch=batch), price_per_hour)

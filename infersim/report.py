@@ -44,6 +44,11 @@ def _formats(c: dict) -> str:
     return f"weights {c['weights']} · activations {c['activations']} · KV {c['kv_cache']}"
 
 
+DISPATCH_TEXT = {"random": "random (each to a random instance)", "round_robin": "round robin (dealt in turn)",
+                 "load_balancing": "load balancing (to the fewest in flight)"}
+"""How ``config.dispatch`` reads in the table."""
+
+
 def prediction_tables(d: dict[str, Any]) -> list[Table]:
     """Tables for ``Prediction.to_dict()``: headline, configuration, time breakdown."""
     c = d["config"]
@@ -70,6 +75,8 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
                  ("KV transfer", f"over the {c.get('kv_transfer_tier', '?')} network")]
     else:
         pools = [("layout per instance", lay(c)), ("instances", f"{c['replicas']} × {size} accelerators")]
+        if c["replicas"] > 1 and c.get("dispatch"):
+            pools.append(("requests to instances", DISPATCH_TEXT.get(c["dispatch"], c["dispatch"])))
     if idle:
         pools.append(("idle accelerators", f"{idle} (no layout uses them profitably)"))
     at_load = c.get("qps") is not None and d.get("occupancy") is not None
