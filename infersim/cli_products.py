@@ -79,6 +79,7 @@ def sweep_cmd(
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Optimization turned off everywhere (repeatable)."),
     price: Optional[str] = typer.Option(None, "--price-per-hour", help="US$ per accelerator-hour values, comma-separated."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=V1,V2", help="Optimization parameter values as an axis (repeatable), e.g. mtp.depth=1,2,3 or disagg.decode_workers=36,40,44."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help="Request dispatch to the instances as an axis, comma-separated: random, round_robin, load_balancing (default: the round preset's)."),
     keep: Optional[str] = typer.Option(None, "--keep", help="Rows per cell: all (default), best or pareto."),
     out: Optional[Path] = typer.Option(None, "--out", help="Stream the rows to this .parquet or .csv file."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: CPU count)."),
@@ -96,6 +97,7 @@ def sweep_cmd(
              "ep": _list(ep, int, "--ep"), "dp": _list(dp, int, "--dp"), "batch": _batch(batch),
              "isl": _list(isl, float, "--isl"), "osl": _list(osl, float, "--osl"),
              "price_per_hour": _list(price, float, "--price-per-hour"), "keep": keep,
+             "dispatch": _list(dispatch, str, "--dispatch"),
              "optimizations": [[] if o.strip() == "none" else _list(o, str, "--optimizations") for o in optimizations]
              if optimizations else None, "disable": list(disable) if disable else None}
     data.update({k: v for k, v in flags.items() if v is not None})

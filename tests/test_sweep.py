@@ -196,3 +196,27 @@ def test_plan_table_falls_back_to_capacity_latencies_without_an_at_target_figure
     assert _at_target_or_capacity(row, "ttft_s") == 0.2 and _at_target_or_capacity(row, "tpot_s") == 0.05
     assert _at_target_or_capacity({"ttft_s": 0.5}, "ttft_s") == 0.5
     assert _at_target_or_capacity({"ttft_s": 0.5, "at_target": {"ttft_s": float("nan")}}, "ttft_s") == 0.5
+
+
+def test_dispatch_as_an_axis(runner, tmp_path):
+    """``--dispatch A,B`` (or ``dispatch:`` in a sweep file) makes one cell per policy, labelled in the
+    ``dispatch`` column (the preset's where unset); each cell's best equals ``run --dispatch``."""
+    import csv
+
+    out = tmp_path / "d.csv"
+    r = runner.invoke(app, ["sweep", "-H", "h100-sxm", "-m", "llama3.1-405b", "-s", "mlperf-llama3.1-405b-server",
+                            "-n", "16", "--round", "v5.1", "--tp", "8", "--pp", "1", "--dispatch", "random,round_robin",
+                            "--keep", "best", "--out", str(out), "--workers", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(out.open()))
+    assert [x["dispatch"] for x in rows] == ["random", "round_robin"]
+    for x in rows:
+        alone = api.predict("h100-sxm", "llama3.1-405b", "mlperf-llama3.1-405b-server", 16, round="v5.1", tp=8, pp=1,
+                            dispatch=x["dispatch"])
+        assert float(x["tokens_per_s"]) == pytest.approx(alone.metrics["tokens_per_s"], rel=1e-9)
+    assert float(rows[1]["tokens_per_s"]) > float(rows[0]["tokens_per_s"])  # two instances dealt in turn
+    assert [c.dispatch for c in SweepSpec(**SMALL).cells()] == [None, None]
+    _, table = run(SweepSpec(**{**SMALL, "hardware": ["h100-sxm"]}), workers=1, collect=True)
+    assert set(table.to_pydict()["dispatch"]) == {"random"}  # unset: the round preset's
+    bad = runner.invoke(app, ["sweep", "-H", "b200", "-s", "mlperf-llama2-70b-server", "-n", "8", "--dispatch", "fast"])
+    assert bad.exit_code == 2 and "dispatch" in bad.output

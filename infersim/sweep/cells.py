@@ -12,7 +12,7 @@ from ..grid import LAYOUT_AXES, METRICS, Result
 from ..query import Query
 from .spec import Cell
 
-CATEGORY_COLUMNS = ("hardware", "model", "scenario", "round", "optimizations", "params")
+CATEGORY_COLUMNS = ("hardware", "model", "scenario", "round", "optimizations", "params", "dispatch")
 """String columns (one value per cell or per variant)."""
 NUMBER_COLUMNS = ("accelerators", "isl", "osl", "price_per_hour", "mtp_depth", "disaggregated", *LAYOUT_AXES, "batch",
                   "feasible", "reason", *METRICS)
@@ -24,7 +24,7 @@ def query_for(cell: Cell) -> Query:
     return Query.build(cell.hardware, cell.model, cell.scenario, cell.accelerators, round=cell.round, isl=cell.isl,
                        osl=cell.osl, tp=cell.tp, pp=cell.pp, ep=cell.ep, dp=cell.dp, batch=cell.batch,
                        enable=cell.enable, disable=cell.disable, price_per_hour=cell.price_per_hour,
-                       params=cell.param_overrides() or None)
+                       params=cell.param_overrides() or None, dispatch=cell.dispatch)
 
 
 def _pareto_mask(per_user: np.ndarray, per_acc: np.ndarray, domain: np.ndarray) -> np.ndarray:
@@ -122,6 +122,7 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
     cols["disaggregated"] = np.array([r.plan.serving.disaggregated for _, r in chunks] or [False])[variant]
     constants = {"hardware": query.inputs.hardware_id, "model": query.inputs.model_id, "params": cell.params_label(),
                  "scenario": query.inputs.scenario_id, "round": query.software.round,
+                 "dispatch": results[0].plan.engine.instance_dispatch if results else (cell.dispatch or ""),
                  "accelerators": query.accelerators, "price_per_hour": query.price,
                  "isl": stats.isl_mean if stats else float("nan"), "osl": stats.osl_mean if stats else float("nan")}
     return {"columns": cols, "constants": constants, "variant": variant, "variant_labels": labels,

@@ -72,6 +72,9 @@ class SweepSpec(Spec):
     """Optimizations turned off in every cell."""
     price_per_hour: list[float | None] = Field(default_factory=lambda: [None])
     """US$ per accelerator-hour (default: the hardware profile's price)."""
+    dispatch: list[Literal["random", "round_robin", "load_balancing"] | None] = Field(default_factory=lambda: [None])
+    """How the front end hands requests to the instances (``query.DISPATCH_POLICIES``; default:
+    the round preset's)."""
     tp: list[int] | None = None
     """Tensor-parallel sizes to try (default: searched)."""
     pp: list[int] | None = None
@@ -137,11 +140,11 @@ class SweepSpec(Spec):
         keys = list(self.params)
         settings = [tuple(zip(keys, combo)) for combo in itertools.product(*(self.params[k] for k in keys))]
         out = []
-        for hw, md, sc, n, rnd, isl, osl, on, price, params in itertools.product(
+        for hw, md, sc, n, rnd, isl, osl, on, price, params, how in itertools.product(
                 self.hardware, self.model, self.scenario, self.accelerators, self.round, self.isl, self.osl,
-                self.optimizations, self.price_per_hour, settings):
+                self.optimizations, self.price_per_hour, settings, self.dispatch):
             out.append(Cell(hw, md, sc, n, rnd, isl, osl, tuple(on), tuple(self.disable), price, layout["tp"],
-                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep, params))
+                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep, params, how))
         return out
 
 
@@ -167,6 +170,8 @@ class Cell:
     keep: Keep
     params: tuple[tuple[str, Any], ...] = ()
     """(``KIND.PARAM``, value) pairs of the cell's optimization parameters."""
+    dispatch: str | None = None
+    """The front end's request dispatch to the instances (None: the round preset's)."""
 
     def param_overrides(self) -> dict[str, dict[str, Any]]:
         """``params`` as ``Query.build``'s {kind: {param: value}}."""
