@@ -38,7 +38,8 @@ RUN_KEY = ("version", "submitter", "system", "benchmark", "scenario")
 
 RUN_FIELDS = ("max_batch_size", "max_num_tokens", "enable_chunked_prefill", "enable_attention_dp", "adp_timeout_iters",
               "adp_batching_wait_iters", "cuda_graphs", "cuda_graph_batch_sizes", "stream_interval", "extra",
-              "tensor_parallel_size", "pipeline_parallel_size", "moe_expert_parallel_size")
+              "tensor_parallel_size", "pipeline_parallel_size", "moe_expert_parallel_size", "harness", "scenario",
+              "traffic_distribution_policy")
 """The columns ``run_engine`` and ``run_layout`` read."""
 
 
@@ -66,13 +67,36 @@ def _graph_sizes(text: str):
     return tuple(sorted(int(p) for p in parts))
 
 
+def run_dispatch(settings: dict[str, str]) -> str | None:
+    """How the run's harness handed requests to its instances (``plan.Engine.instance_dispatch``):
+    its recorded ``traffic_distribution_policy`` (``isl_load_balancing``, the instance with the
+    fewest pending input tokens, taken as load balancing), else its harness's default: the NVIDIA
+    harness balances Server load (the instance with the fewest requests in flight) and deals
+    Offline and Interactive requests in turn (shared/reference/mlperf_submission_configs.md, v6.0
+    ``closed/NVIDIA/code/llmlib/config.py`` and ``factory.py``); the AMD harness sends each to the
+    shortest queue (v5.1 ``closed/AMD/code/*/harness_llm/backends/common/server_sut.py``
+    ``shortest_queue``). None for other harnesses (the preset's)."""
+    policy = settings.get("traffic_distribution_policy", "").strip().lower()
+    if policy in ("load_balancing", "isl_load_balancing"):
+        return "load_balancing"
+    if policy == "round_robin":
+        return "round_robin"
+    harness = settings.get("harness", "").strip().lower()
+    if harness.startswith("nvidia harness (trt-llm)"):
+        return "load_balancing" if settings.get("scenario", "").strip().lower() == "server" else "round_robin"
+    if harness.startswith("amd harness"):
+        return "load_balancing"
+    return None
+
+
 def run_engine(engine, settings: dict[str, str]):
     """``engine`` (the round preset's) with the run's own settings where its config gives them:
     batch cap (``max_batch_size``: TensorRT-LLM per attention rank, vLLM ``max_num_seqs``), token
     budget (``max_num_tokens`` / ``max_num_batched_tokens``), chunked prefill, the attention-DP gate
     (only where the run enabled attention DP), CUDA graphs (explicit sizes; ``cuda_graphs`` False: none,
-    True without sizes: every size), ``stream_interval`` and
-    vLLM's ``num_scheduler_steps`` (``extra`` column).
+    True without sizes: every size), ``stream_interval``,
+    vLLM's ``num_scheduler_steps`` (``extra`` column) and the harness's request dispatch to the
+    instances (``run_dispatch``).
     Inputs of the run, never its measured results."""
     from dataclasses import replace
 
@@ -101,6 +125,9 @@ def run_engine(engine, settings: dict[str, str]):
         kw["graphs_capture_prompts"] = "piecewise" in graphs or "piecewise" in settings.get("extra", "").lower()
     if num("stream_interval"):
         kw["stream_interval"] = int(num("stream_interval"))
+    dispatch = run_dispatch(settings)
+    if dispatch is not None:
+        kw["instance_dispatch"] = dispatch
     steps = re.search(r"(?:^|;)\s*num_scheduler_steps=(\d+)", settings.get("extra", ""))
     if steps:  # vLLM V0 multi-step scheduling (the AMD v5.1 configs, recorded in ``extra``)
         kw["decode_steps"] = int(steps.group(1))

@@ -529,6 +529,14 @@ def test_run_engine_takes_the_runs_own_settings():
     assert e.graph_sizes is None and e.graphs_capture_prompts
     assert not at_load.run_engine(Engine(), {"cuda_graphs": "True"}).graphs_capture_prompts
     assert at_load.run_engine(Engine(), {"cuda_graphs": "True", "extra": "torch_compile piecewise CUDA graph"}).graphs_capture_prompts
+    # the harness's request dispatch: recorded, else the harness's default; other harnesses keep the preset's
+    nv = {"harness": "NVIDIA harness (TRT-LLM)"}
+    assert at_load.run_engine(base, {**nv, "scenario": "Server"}).instance_dispatch == "load_balancing"
+    assert at_load.run_engine(base, {**nv, "scenario": "Interactive"}).instance_dispatch == "round_robin"
+    assert at_load.run_engine(base, {**nv, "scenario": "Server", "traffic_distribution_policy": "isl_load_balancing"}
+                              ).instance_dispatch == "load_balancing"
+    assert at_load.run_engine(base, amd).instance_dispatch == "load_balancing"  # AMD harness: shortest queue
+    assert at_load.run_engine(base, {"harness": "Red Hat vLLM SUT", "scenario": "Server"}).instance_dispatch == "random"
 
 
 def test_validate_at_load_run_engine_flag(tmp_path):
