@@ -54,7 +54,7 @@ class Candidate:
         d.update({
             "scale_up_domains": math.ceil(self.accelerators / self.domain_size),
             "layout": {k: c[k] for k in ("tp", "pp", "ep", "dp", "replicas", "batch")},
-            "optimizations": c["optimizations"], "round": c["round"],
+            "optimizations": c["optimizations"], "round": c["round"], "dispatch": c.get("dispatch"),
             "capacity_tokens_per_s": capacity, "target_tokens_per_s": served,
             "headroom": capacity / served - 1.0,
             "ttft_s": m["ttft_s"], "tpot_s": m["tpot_s"],

@@ -64,3 +64,19 @@ def test_cli_run_reports_the_dispatch(runner):
     assert "requests to instances" in table.output and "load balancing" in table.output
     out = runner.invoke(app, [*argv, "--format", "json"])
     assert json.loads(out.stdout)["config"]["dispatch"] == "load_balancing"
+
+
+def test_plan_sizes_with_the_dispatch_and_reports_it(runner):
+    argv = ["plan", "-m", "llama3.1-70b", "-s", "chat-1k-1k", "--target-tokens-per-s", "50000", "-H", "b200",
+            "--format", "json"]
+    rows = {}
+    for how in ("random", "load_balancing"):
+        r = runner.invoke(app, [*argv, "--dispatch", how])
+        assert r.exit_code == 0, r.output
+        (rows[how],) = json.loads(r.stdout)
+        assert rows[how]["dispatch"] == how
+    rand, bal = rows["random"], rows["load_balancing"]
+    # balanced instances queue less: never more accelerators, and at the same fleet a lower p99 TTFT
+    assert bal["accelerators"] <= rand["accelerators"]
+    if bal["accelerators"] == rand["accelerators"]:
+        assert bal["at_target"]["ttft_s"] < rand["at_target"]["ttft_s"]
