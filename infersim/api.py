@@ -367,8 +367,6 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         res, i, j = fine[0], 0, fine[1]
     config = res.config_at(i, j)
     config["round"] = query.software.round
-    if getattr(query.inputs.scenario, "kind", "offline") == "offline":
-        config["dispatch"] = None  # every request is there at once: nothing arrives to be dispatched
     if qps is not None:
         return _at_qps(query.inputs, n, res, (i, j), config, stats, qps, results, sel.skipped, samples)
     return Prediction(query.inputs, n, True, "", res.metrics_at(i, j), config, res.breakdown_at(i, j),

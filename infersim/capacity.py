@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import api
+from .checks import check_dispatch
 from .errors import SpecError
 from .query import Query, Software, load_inputs
 
@@ -138,10 +139,10 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
         prefixes; ``specs.traffic``); without a target, its measured arrival rate (``arrival_s``
         column) is the requests/s to serve.
     price_per_hour : US$ per accelerator-hour for every candidate (default: each profile's).
-    dispatch : how the front end hands requests to the instances (``query.DISPATCH_POLICIES``;
+    dispatch : how the front end hands requests to the instances (``presets.DISPATCH_POLICIES``;
         default: the round preset's).
     """
-    Software.for_round(round, dispatch=dispatch)  # bad input fails before any candidate is planned
+    check_dispatch(dispatch)  # bad input fails before any candidate is planned
     if trace is not None and target_tokens_per_s is None and target_requests_per_s is None:
         from .specs.traffic import read_trace
 

@@ -64,6 +64,14 @@ def check_price(flag: str, value: Any) -> None:
         raise SpecError(f"{flag} must be a finite price in [0, {MAX_PRICE_USD_PER_HOUR:g}] US$ (got {value!r})")
 
 
+def check_dispatch(dispatch: str | None) -> None:
+    """``--dispatch``: one of ``presets.DISPATCH_POLICIES`` (None: the round preset's)."""
+    from .optimizations.presets import DISPATCH_POLICIES
+
+    if dispatch is not None and dispatch not in DISPATCH_POLICIES:
+        raise SpecError(f"--dispatch must be one of {', '.join(DISPATCH_POLICIES)} (got {dispatch!r})")
+
+
 def check_tco(capex_usd: float, years: float, pue: float, usd_per_kwh: float) -> None:
     """TCO-mode flags: finite and within physical ranges."""
     for flag, v, lo, hi, strict_lo, unit in (

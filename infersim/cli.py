@@ -218,8 +218,6 @@ class OutputFormat(str, Enum):
 
 
 _ENABLE_HELP = "Turn an optimization on (repeatable): fusion, overlap, attention_dp, mtp, wide_ep, disagg, kv_routing."
-_DISPATCH_HELP = ("How the front end hands requests to the instances (Server/Interactive, several instances): random, "
-                  "round_robin or load_balancing (to the fewest in flight); default: the round preset's (random).")
 
 
 @app.command("run")
@@ -251,7 +249,7 @@ def run_cmd(
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
     samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
     top: int = typer.Option(0, "--top", help="Also list the N best other configurations the search evaluated (layout and optimizations, best batch each, what stops it), 1-100."),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=_DISPATCH_HELP),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, checks, report, tco, workloads
@@ -340,7 +338,7 @@ def pareto_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the frontier to this file (.csv or .json)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the frontier to this PNG file."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=_DISPATCH_HELP),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
 ) -> None:
     """Tokens/s per accelerator vs tokens/s per user over every configuration that fits (Pareto frontier)."""
     from . import api, pareto, report

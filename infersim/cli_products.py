@@ -12,6 +12,10 @@ import typer
 
 from .errors import SpecError
 
+DISPATCH_HELP = ("How the front end hands requests to the instances (Server/Interactive, several instances): random, "
+                 "round_robin or load_balancing (to the fewest in flight); default: the round preset's (random).")
+"""``--dispatch``'s help on ``run``, ``pareto`` and ``plan``."""
+
 
 def _list(text: str | None, kind: type, flag: str) -> list | None:
     """'a,b,c' → [a, b, c] converted to ``kind`` (None when the flag is absent)."""
@@ -158,9 +162,7 @@ def plan_cmd(
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the plan to this .json or .csv file."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Bar chart of US$/month per candidate (PNG)."),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", help="How the front end hands requests to the "
-                                           "instances: random, round_robin or load_balancing (to the fewest in "
-                                           "flight); default: the round preset's (random)."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=DISPATCH_HELP),
 ) -> list:
     """Fewest accelerators (and cost) of each candidate hardware that serve a target load within the limits."""
     from . import capacity

@@ -183,7 +183,8 @@ class Result:
                                   "optimizations": list(plan.applied), "mtp_depth": plan.serving.draft_depth,
                                   "tokens_per_step": plan.serving.tokens_per_step, "cuda_graphs": plan.cuda_graphs,
                                   "disaggregated": plan.serving.disaggregated,
-                                  "dispatch": plan.engine.instance_dispatch}
+                                  # Offline: every request is there at once, nothing arrives to be dispatched
+                                  "dispatch": None if self.mode == "offline" else plan.engine.instance_dispatch}
         if plan.formats.weight_mix is not None:  # a mixed-precision checkpoint: each format's share
             config["weight_mix"] = dict(plan.formats.weight_mix)
         if "disagg" in self.pools:  # integer prefill and decode pools, each with its own layout

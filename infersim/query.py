@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import check_request
+from .checks import check_dispatch, check_request
 from .errors import SpecError
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
 from .specs import catalog
@@ -108,11 +108,6 @@ class LayoutRequest:
                 raise SpecError(f"--batch must be in [1, 1e6] sequences (got {b})")
 
 
-DISPATCH_POLICIES: tuple[str, ...] = ("random", "round_robin", "load_balancing")
-"""``--dispatch`` values: each request to a random instance, dealt in turn, or to the instance with
-the fewest requests in flight (``plan.Engine.instance_dispatch``)."""
-
-
 @dataclass(frozen=True)
 class Software:
     """The software side: a round's preset plus the user's optimization toggles."""
@@ -132,8 +127,7 @@ class Software:
     def for_round(cls, round: str | None = None, *, presets_dir=None, preset: PresetSpec | None = None,
                   enable=(), disable=(), params=None, dispatch: str | None = None) -> "Software":
         """The preset of ``round`` (default: the latest) with the user's toggles."""
-        if dispatch is not None and dispatch not in DISPATCH_POLICIES:
-            raise SpecError(f"--dispatch must be one of {', '.join(DISPATCH_POLICIES)} (got {dispatch!r})")
+        check_dispatch(dispatch)
         if preset is None:
             preset = load_preset(round or LATEST) if presets_dir is None else load_preset(round, presets_dir)
         return cls(preset, resolve_round(round), tuple(enable or ()), tuple(disable or ()), dict(params or {}),

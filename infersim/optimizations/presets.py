@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields as dataclass_fields
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -22,6 +22,12 @@ from ..specs._base import Spec, load_spec
 from ..specs import catalog
 from ..specs.catalog import bundled_root
 from ..specs.hardware import CalibrationRecord, Precision
+
+Dispatch = Literal["random", "round_robin", "load_balancing"]
+"""How a front end hands arriving requests to the instances (``plan.Engine.instance_dispatch``):
+each to a random instance, dealt in turn, or to the instance with the fewest requests in flight."""
+DISPATCH_POLICIES: tuple[str, ...] = get_args(Dispatch)
+"""``Dispatch``'s values, in order (``--dispatch`` and the presets' ``instance_dispatch``)."""
 
 
 class Stack(StrEnum):
@@ -84,7 +90,7 @@ class EngineFields(Spec):
     """The elementwise ops the stack's kernels absorb under ``fusion`` (None: all of them, as
     TensorRT-LLM folds norms, residual adds, RoPE and activations into its kernels' epilogues); the
     others stay memory-bound kernels of their own."""
-    instance_dispatch: Literal["random", "round_robin", "load_balancing"] | None = None
+    instance_dispatch: Dispatch | None = None
     """How the harness hands arriving requests to the instances (``plan.Engine.instance_dispatch``;
     NVIDIA harness ``traffic_distribution_policy``, AMD harness ``schedule_algo``)."""
     host_us_per_stream_event: float | None = Field(default=None, ge=0, le=1000)

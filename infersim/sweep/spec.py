@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .. import optimizations as opt
 from ..checks import check_param
+from ..optimizations.presets import Dispatch
 from ..errors import SpecError
 from ..specs._base import Spec, load_spec
 
@@ -72,8 +73,8 @@ class SweepSpec(Spec):
     """Optimizations turned off in every cell."""
     price_per_hour: list[float | None] = Field(default_factory=lambda: [None])
     """US$ per accelerator-hour (default: the hardware profile's price)."""
-    dispatch: list[Literal["random", "round_robin", "load_balancing"] | None] = Field(default_factory=lambda: [None])
-    """How the front end hands requests to the instances (``query.DISPATCH_POLICIES``; default:
+    dispatch: list[Dispatch | None] = Field(default_factory=lambda: [None])
+    """How the front end hands requests to the instances (``presets.Dispatch``; default:
     the round preset's)."""
     tp: list[int] | None = None
     """Tensor-parallel sizes to try (default: searched)."""
