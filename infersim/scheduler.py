@@ -115,20 +115,37 @@ def _max_normal_moments(d: int, n: int = 4001) -> tuple[float, float]:
     return m, float(np.trapezoid(z * z * pdf, z)) - m * m
 
 
+def _length_lattice(x: np.ndarray, p: np.ndarray, top: float):
+    """The prompt lengths x (probabilities p) on a token lattice of width w = max(1, max x / 256),
+    long enough (a power of two, n points) for sums up to ``top`` tokens: (w, n, φ = FFT of the pmf)."""
+    w = max(1.0, float(x.max()) / 256.0)
+    n = int(2 ** np.ceil(np.log2(top / w + 2)))
+    pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
+    return w, n, np.fft.rfft(pmf)
+
+
+def _lattice_cdf(pmf: np.ndarray) -> np.ndarray:
+    """CDF rows of pmf rows from an inverse FFT (round-off negatives dropped, each row ending at 1)."""
+    c = np.clip(np.cumsum(np.maximum(pmf, 0.0), axis=-1), 0.0, 1.0)
+    return c / c[:, -1:]
+
+
+def _lattice_max_moments(cdf: np.ndarray, grid: np.ndarray, w: tuple, d: int):
+    """E[max], Var[max] of d independent variables, each with one of the CDF rows on ``grid``
+    (``_tail_integrals``' widths w)."""
+    i1, i2 = _tail_integrals(1.0 - cdf**d, grid, w)
+    e = i1[:, -1]
+    return e, i2[:, -1] - e * e
+
+
 def _cp_rows(x: np.ndarray, p: np.ndarray, ms: np.ndarray):
     """Compound Poisson(m) sums of lengths x (probabilities p) on a token lattice of width w, for
     each m of ``ms`` (at most ``FFT_MAX_COUNT``): (lattice, w, cdf rows). pmf = exp(m(φ − 1)) by FFT."""
     mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
-    w = max(1.0, float(x.max()) / 256.0)
-    top = FFT_MAX_COUNT * mu + 14.0 * np.sqrt(FFT_MAX_COUNT * m2) + x.max()
-    n = int(2 ** np.ceil(np.log2(top / w + 2)))
-    pmf = np.bincount(np.round(x / w).astype(int), weights=p, minlength=n)[:n]
-    phi = np.fft.rfft(pmf)
+    w, n, phi = _length_lattice(x, p, FFT_MAX_COUNT * mu + 14.0 * np.sqrt(FFT_MAX_COUNT * m2) + x.max())
     cdf = np.empty((len(ms), n))
     for rows in np.array_split(np.arange(len(ms)), max(1, len(ms) // 16)):  # blocks of counts: one FFT call each
-        cp = np.fft.irfft(np.exp(ms[rows, None] * (phi[None, :] - 1.0)), n, axis=-1)
-        c = np.clip(np.cumsum(np.maximum(cp, 0.0), axis=-1), 0.0, 1.0)
-        cdf[rows] = c / c[:, -1:]
+        cdf[rows] = _lattice_cdf(np.fft.irfft(np.exp(ms[rows, None] * (phi[None, :] - 1.0)), n, axis=-1))
     return np.arange(n) * w, w, cdf
 
 
@@ -181,10 +198,7 @@ def _build_busiest_table(isl_points: tuple, isl_probs: tuple, d: int):
     big = ~small
     emax[big] = ms[big] * mu + np.sqrt(ms[big] * m2) * en
     vmax[big] = ms[big] * m2 * vn
-    i1, i2 = _tail_integrals(1.0 - cdf**d, grid, w)
-    e = i1[:, -1]
-    emax[small] = e
-    vmax[small] = i2[:, -1] - e * e
+    emax[small], vmax[small] = _lattice_max_moments(cdf, grid, w, d)
     return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
 
 
@@ -202,11 +216,8 @@ def _build_balanced_table(isl_points: tuple, isl_probs: tuple, d: int):
     p = p / p.sum()
     mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
     var_x = m2 - mu * mu
-    w = max(1.0, float(x.max()) / 256.0)
     n_max = int(np.ceil(FFT_MAX_COUNT + 14.0 * np.sqrt(FFT_MAX_COUNT) + 2))
-    top = n_max * mu + x.max()
-    size = int(2 ** np.ceil(np.log2(top / w + 2)))
-    phi = np.fft.rfft(np.bincount(np.round(x / w).astype(int), weights=p, minlength=size)[:size])
+    w, size, phi = _length_lattice(x, p, n_max * mu + x.max())
     ms = COUNT_AXIS
     small = ms <= FFT_MAX_COUNT
     emax, vmax = np.empty_like(ms), np.empty_like(ms)
@@ -223,12 +234,7 @@ def _build_balanced_table(isl_points: tuple, isl_probs: tuple, d: int):
     np.add.at(lattice, (slice(None), shift), np.exp(log_pois))
     pmf = np.fft.irfft(np.fft.rfft(lattice, axis=-1) * phi[None, :], size, axis=-1)
     pmf[:, 0] += np.exp(-ms[small])  # no prompt: nothing on the rank
-    cdf = np.clip(np.cumsum(np.maximum(pmf, 0.0), axis=-1), 0.0, 1.0)
-    cdf = cdf / cdf[:, -1:]
-    grid = np.arange(size) * w
-    i1, i2 = _tail_integrals(1.0 - cdf**d, grid, (w, w))
-    emax[small] = i1[:, -1]
-    vmax[small] = i2[:, -1] - emax[small] ** 2
+    emax[small], vmax[small] = _lattice_max_moments(_lattice_cdf(pmf), np.arange(size) * w, (w, w), d)
     return np.log(ms), emax, np.maximum(vmax, 0.0), mu, m2
 
 
@@ -988,6 +994,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # by the capped / uncapped ratio at the ranks' mean arrivals per context iteration
             m_true = batch * L / stats.osl_mean * eg / d
             c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d, engine.rank_router)
+            # (the capped tables are the compound sums', so the ratio is taken against the same)
             u_mean, u_var = busiest_tokens(stats, m_true, d)
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
