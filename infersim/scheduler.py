@@ -668,15 +668,20 @@ def padded_rows(engine, batch, d, refill=None):
 # ---- admission gate ----------------------------------------------------------------------------------
 
 ALIVE_TOL = 1e-15
-"""Probability mass of gate periods still open below which ``gate_moments`` stops walking a grid point
-over the timeout's checks (the Offline recipes' 500-iteration timeout, which only the points with
-almost no arrivals per iteration reach; the mass left moves the moments by < 1e-10 relative, and
-the bundled validation CSV is byte-identical to the full walk's)."""
+"""Probability mass of gate periods still open below which ``gate_moments`` stops its walk over the
+timeout's checks (the Offline recipes' 500-iteration timeout; the mass left is below the moments' float
+precision: every bundled prediction is bit-identical to the full walk)."""
+
+
+SETTLED = 1e-17
+"""A term below this fraction of a float sum leaves it unchanged (half a unit in the last place is
+≥ 2⁻⁵³ ≈ 1.1e-16 of it): ``gate_moments`` drops a grid point from its walk once every later term is."""
 
 
 GATE_BLOCK = 16
 """Checks of the admission gate ``gate_moments`` walks at once (vectorized along a new leading axis;
-a grid point leaves the walk after a block that leaves its open mass below ``ALIVE_TOL``)."""
+the walk stops after a block that leaves no period open beyond ``ALIVE_TOL``; a grid point leaves it
+earlier once the rest of its walk cannot change its sums, ``SETTLED``)."""
 
 
 def _running(op, a):
@@ -722,12 +727,13 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
     f_prev = np.zeros(size)
     m = np.zeros((3, size))  # the raw moments E[G], E[G²], E[G³]
     act = np.arange(size)  # the periods still open (an index into the flattened grid)
+    g_max = float(T + W)  # the longest period
     # The checks k = 1 … T, a block of them at a time along a new leading axis. Per check k: the
     # chance h_all that every rank holds a prompt for the first time (the gate admits after the
     # wait W, if busy), else h_idle that some rank is idle while another holds one (it admits at
     # once); the timeout admits at T. The period's law is the walk over the checks of the mass
     # still open (``alive``), the same products and sums in the same order as check by check; a
-    # grid point leaves the walk after the block that leaves its open mass below ``ALIVE_TOL``.
+    # grid point leaves the walk once what is left of it cannot change its sums (``SETTLED``).
     for k0 in range(1, T + 1, GATE_BLOCK):
         k = np.arange(k0, min(k0 + GATE_BLOCK, T + 1), dtype=float)[:, None]
         n = len(k)
@@ -755,9 +761,14 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
         terms[1::2, 2], terms[2::2, 2] = adm * g_all**3, idle * k**3
         _running(np.add, terms)
         m[:, act], alive[act], f_prev[act] = terms[-1], walk[-1], f[-1]
-        act = act[walk[-1] > ALIVE_TOL]
-        if act.size == 0:  # every period resolved (long Offline timeouts)
+        if not np.any(walk[-1] > ALIVE_TOL):  # every period resolved (long Offline timeouts)
             break
+        # a point leaves once no later term can change its moments: every term still to come is at
+        # most its open mass × (T + W)^j, below half a unit in the last place of the moment it adds to
+        # (the sums then come out bit for bit as the walk's to the end)
+        rest = walk[-1] * g_max
+        act = act[(rest > SETTLED * terms[-1, 0]) | (rest * g_max > SETTLED * terms[-1, 1])
+                  | (rest * g_max * g_max > SETTLED * terms[-1, 2])]
     m = m.reshape((3,) + shape)
     m1, m2, m3 = m
     m1 = np.where(on, m1, steps)
