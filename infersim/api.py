@@ -302,6 +302,8 @@ def refined_best(results: list[Result], query: Query, stats: WorkloadStats):
     cands = cands[:1] + sorted(cands[1:], key=lambda c: -c[0])[:REFINE_CANDIDATES]
     pick = None
     for score, res, ij in cands:
+        if pick is not None and score * REFINE_REACH <= pick[0] * (1 + 1e-9):
+            break  # placed, it would still not overtake the placed best (nor would the lower ones)
         fine = refine_best(res, ij, query, stats)
         value = float(fine[0].score[0, fine[1]]) if fine is not None else score
         if pick is None or value > pick[0] * (1 + 1e-9):

@@ -365,7 +365,7 @@ def _route(new, rank, plen, counts, active_tokens):
 def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl: tuple, osl: tuple, L: float = 1.0, *,
                     n_requests: int = 20000, percentile: float = 99.0, seed: int = 0, dq: float = 1.0,
                     warmup_frac: float = 0.15, arrival_scv: float = 1.0, policy: str = "fcfs",
-                    assignment: str | None = None) -> EngineDes:
+                    assignment: str | None = None, trace: list | None = None) -> EngineDes:
     """Simulate renewal arrivals at ``rate`` (Poisson by default; gamma gaps of squared coefficient
     of variation ``arrival_scv`` otherwise) into an engine of ``d`` attention ranks.
 
@@ -389,6 +389,9 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
 
     ``isl``/``osl``: (points, probabilities). Measures requests arriving after a warm-up share of
     the run and finishing before its end; the engine keeps receiving arrivals meanwhile.
+    ``trace``: a list to which every measured iteration appends (its ranks' decoding sequences as
+    a tuple, its duration in seconds), for studies of the iteration-level state
+    (benchmarks/decode_dispersion.py).
     """
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -529,6 +532,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
         if sizes is not None and rows <= sizes[-1]:
             rows = sizes[bisect_left(sizes, rows)] if rows > 0 else sizes[0]
         t_it = float(decode_time(rows)) + s_tok * max(tokens)
+        if trace is not None and tau >= w0:
+            trace.append((tuple(decoding), t_it))
         if admit and (took or spilled):
             n_adm_iters += 1
             n_spill += spilled

@@ -620,10 +620,21 @@ def _padded_balanced(sizes, b, d, mu, cap=None):
     x = np.maximum(lvl[..., :, None] + (mu[..., None] - k)[..., None, :], 1.0)
     if cap is not None:  # a rank never runs more than its max_batch_size sequences
         x = np.minimum(x, cap)
-    lo = np.floor(x)
-    f = x - lo
-    val = (1.0 - f) * _pad(sizes, np.maximum(lo, 1.0)) + f * _pad(sizes, lo + 1.0)
+    # between whole counts the padded rows are the linear mix of their neighbours' (x ≥ 1): the
+    # interpolant of pad on the whole numbers, pad(n) = n beyond the largest captured size
+    table = _pad_table(tuple(sizes or ()))
+    top = len(table) - 1
+    val = np.interp(x, np.arange(float(top + 1)), table, right=np.nan)
+    val = np.where(x > top, x, val)
     return np.einsum("...ik,i,...k->...", val, w, pk)
+
+
+@lru_cache(maxsize=64)
+def _pad_table(sizes: tuple) -> np.ndarray:
+    """``_pad(sizes, n)`` for the whole n = 0 … largest size + 1 (above it pad(n) = n, which
+    ``max(table[min(n, top)], n)`` gives: the table's last entry is below any larger n)."""
+    n = np.arange(float((sizes[-1] if sizes else 0) + 2))
+    return np.asarray(_pad(sizes, n), dtype=float)
 
 
 _GH = (lambda z, w: (z * np.sqrt(2.0), w / np.sqrt(np.pi)))(*np.polynomial.hermite.hermgauss(7))
@@ -662,9 +673,15 @@ timeout's checks (the Offline recipes' 500-iteration timeout; the mass left is b
 precision: every bundled prediction is bit-identical to the full walk)."""
 
 
+SETTLED = 1e-17
+"""A term below this fraction of a float sum leaves it unchanged (half a unit in the last place is
+≥ 2⁻⁵³ ≈ 1.1e-16 of it): ``gate_moments`` drops a grid point from its walk once every later term is."""
+
+
 GATE_BLOCK = 16
 """Checks of the admission gate ``gate_moments`` walks at once (vectorized along a new leading axis;
-the walk stops after a block that leaves no period open beyond ``ALIVE_TOL``)."""
+the walk stops after a block that leaves no period open beyond ``ALIVE_TOL``; a grid point leaves it
+earlier once the rest of its walk cannot change its sums, ``SETTLED``)."""
 
 
 def _running(op, a):
@@ -698,43 +715,61 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
         return z + steps, z, z
     T, W = int(e.gate_timeout_iters), int(e.gate_wait_iters)
     p_idle = 1.0 - (1.0 - np.exp(-batch / d)) ** d  # some rank has no running sequence
-    p_busy, keep = 1.0 - p_idle, 1.0 - carried
-    wait_busy = W * p_busy
     shape = np.broadcast(per_iter, offset, d).shape
-    alive = np.ones(shape)  # no admission yet, not every rank has a prompt
-    f_prev = np.zeros(shape)
-    m = np.zeros((3,) + shape)  # the raw moments E[G], E[G²], E[G³]
+    size = int(np.prod(shape))
+    flat = lambda a: np.broadcast_to(a, shape).reshape(size)  # noqa: E731
+    p_busy = flat(1.0 - p_idle)
+    per, off_all, keep, dd = flat(per_iter), flat(offset), flat(1.0 - carried), flat(d)
+    first = off_all if first_offset is None else flat(first_offset)
+    expo = dd if others is None else flat(others)
+    idle_all = flat(p_idle)
+    alive = np.ones(size)  # no admission yet, not every rank has a prompt
+    f_prev = np.zeros(size)
+    m = np.zeros((3, size))  # the raw moments E[G], E[G²], E[G³]
+    act = np.arange(size)  # the periods still open (an index into the flattened grid)
+    g_max = float(T + W)  # the longest period
     # The checks k = 1 … T, a block of them at a time along a new leading axis. Per check k: the
     # chance h_all that every rank holds a prompt for the first time (the gate admits after the
     # wait W, if busy), else h_idle that some rank is idle while another holds one (it admits at
     # once); the timeout admits at T. The period's law is the walk over the checks of the mass
-    # still open (``alive``), the same products and sums in the same order as check by check.
+    # still open (``alive``), the same products and sums in the same order as check by check; a
+    # grid point leaves the walk once what is left of it cannot change its sums (``SETTLED``).
     for k0 in range(1, T + 1, GATE_BLOCK):
-        k = np.arange(k0, min(k0 + GATE_BLOCK, T + 1), dtype=float).reshape((-1,) + (1,) * len(shape))
+        k = np.arange(k0, min(k0 + GATE_BLOCK, T + 1), dtype=float)[:, None]
         n = len(k)
-        off = offset if first_offset is None or k0 > 1 else np.where(k == 1, first_offset, offset)
-        none = keep * np.exp(-(per_iter * k + off))  # this rank holds no prompt
-        f = np.broadcast_to((1.0 - none) ** (d if others is None else others), (n,) + shape)
-        f_before = np.concatenate([f_prev[None], f[:-1]])
+        whole = act.size == size
+        pick = (lambda a: a) if whole else (lambda a: a[act])  # noqa: E731
+        pb, dk = pick(p_busy), pick(dd)
+        off = pick(off_all) if first_offset is None or k0 > 1 else np.where(k == 1, pick(first), pick(off_all))
+        none = pick(keep) * np.exp(-(pick(per) * k + off))  # this rank holds no prompt
+        f = np.broadcast_to((1.0 - none) ** pick(expo), (n, act.size))
+        f_before = np.concatenate([pick(f_prev)[None], f[:-1]])
         h_all = np.clip((f - f_before) / np.maximum(1.0 - f_before, 1e-300), 0.0, 1.0)
-        h_idle = np.empty((n,) + shape)
-        h_idle[...] = p_idle * (1.0 - none**d)
+        h_idle = np.empty((n, act.size))
+        h_idle[...] = pick(idle_all) * (1.0 - none**dk)
         h_idle[k.reshape(-1) == T] = 1.0  # the timeout admits whatever is open
         # alive before check k, then after its admission by every rank (``rest``), interleaved
-        walk = np.empty((2 * n + 1,) + shape)
-        walk[0], walk[1::2], walk[2::2] = alive, 1.0 - h_all, 1.0 - h_idle
+        walk = np.empty((2 * n + 1, act.size))
+        walk[0], walk[1::2], walk[2::2] = pick(alive), 1.0 - h_all, 1.0 - h_idle
         _running(np.multiply, walk)
         adm, idle = walk[0:-1:2] * h_all, walk[1::2] * h_idle
-        g_all = k + wait_busy
-        terms = np.empty((2 * n + 1, 3) + shape)
-        terms[0] = m
+        g_all = k + W * pb
+        terms = np.empty((2 * n + 1, 3, act.size))
+        terms[0] = m if whole else m[:, act]
         terms[1::2, 0], terms[2::2, 0] = adm * g_all, idle * k
-        terms[1::2, 1], terms[2::2, 1] = adm * (k * k + (2 * k * W + W * W) * p_busy), idle * k * k
+        terms[1::2, 1], terms[2::2, 1] = adm * (k * k + (2 * k * W + W * W) * pb), idle * k * k
         terms[1::2, 2], terms[2::2, 2] = adm * g_all**3, idle * k**3
         _running(np.add, terms)
-        m, alive, f_prev = terms[-1], walk[-1], f[-1]
-        if not np.any(alive > ALIVE_TOL):  # every period resolved (long Offline timeouts)
+        m[:, act], alive[act], f_prev[act] = terms[-1], walk[-1], f[-1]
+        if not np.any(walk[-1] > ALIVE_TOL):  # every period resolved (long Offline timeouts)
             break
+        # a point leaves once no later term can change its moments: every term still to come is at
+        # most its open mass × (T + W)^j, below half a unit in the last place of the moment it adds to
+        # (the sums then come out bit for bit as the walk's to the end)
+        rest = walk[-1] * g_max
+        act = act[(rest > SETTLED * terms[-1, 0]) | (rest * g_max > SETTLED * terms[-1, 1])
+                  | (rest * g_max * g_max > SETTLED * terms[-1, 2])]
+    m = m.reshape((3,) + shape)
     m1, m2, m3 = m
     m1 = np.where(on, m1, steps)
     var = np.where(on, np.maximum(m2 - m1 * m1, 0.0), 0.0)

@@ -249,3 +249,22 @@ def test_a_run_at_another_power_configuration_is_not_modelled_nor_frontier(tmp_p
 
     fitted, bad = fit_rows(rows, None)
     assert [f.row.tokens_per_s for f in fitted] == [31303.0] and bad == []
+
+
+def test_schema_descriptions_are_the_attribute_docstrings():
+    """``infersim schema`` carries each field's docstring as its description, read on demand
+    (``specs.docs``; the classes are built without reading their source at import), a
+    subclass's docstring overriding its base's and an explicit description kept."""
+    from infersim.specs import catalog
+    from infersim.specs.docs import attribute_docstrings
+    from infersim.specs.hardware import HardwareSpec
+
+    s = catalog.schema("hardware")
+    docs = attribute_docstrings(HardwareSpec)
+    assert docs and all(s["properties"][k]["description"] == v for k, v in docs.items() if k in s["properties"])
+    defs = s["$defs"]
+    described = sum("description" in p for d in defs.values() for p in d.get("properties", {}).values())
+    assert described >= 50
+    for props in (d.get("properties", {}) for d in defs.values()):
+        for p in props.values():
+            assert list(p) == sorted(p)  # keys in pydantic's order (sorted), descriptions included

@@ -28,7 +28,8 @@ DateStr = Annotated[str, BeforeValidator(lambda v: v.isoformat() if isinstance(v
 
 
 class Spec(BaseModel):
-    """Base of every spec: frozen, extra keys forbidden, attribute docstrings become descriptions."""
+    """Base of every spec: frozen, extra keys forbidden; the attribute docstrings become the JSON
+    Schema's descriptions when one is asked for (``specs.docs``)."""
 
     def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False):
         """A copy with ``update`` applied *and validated*; derived (cached) quantities are
@@ -40,7 +41,6 @@ class Spec(BaseModel):
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
-        use_attribute_docstrings=True,
         validate_default=True,
         allow_inf_nan=False,
         strict=True,

@@ -148,12 +148,14 @@ def profile_id(kind: str, name: str | Path) -> str:
 
 def schema(kind: str) -> dict:
     """JSON Schema of a profile kind (for editors)."""
+    from .docs import with_descriptions
+
     if kind == "hardware":
-        return HardwareSpec.model_json_schema()
+        return with_descriptions(HardwareSpec.model_json_schema(), Spec)
     if kind == "model":
-        return ModelSpec.model_json_schema()
+        return with_descriptions(ModelSpec.model_json_schema(), Spec)
     if kind == "scenario":
-        return _SCENARIO.json_schema()
+        return with_descriptions(_SCENARIO.json_schema(), Spec)
     raise SpecError(f"unknown profile kind '{kind}' (expected one of {', '.join(KINDS)})")
 
 

@@ -1,0 +1,107 @@
+"""How the ranks' decode counts spread in the discrete-event engine, against the closed form's
+assumption that they are independent Poisson counts (``scheduler.padded_rows``, random router).
+
+The decode iteration is costed at the busiest rank's decoding sequences padded up to the next
+captured graph size, so its mean depends on the whole distribution of the ranks' counts, not only
+on their mean. The closed form takes the d counts as independent Poisson(B/d): the instance's count
+then has variance B (a Poisson's). This script runs the test grid's engines (tests/test_scheduler.py:
+synthetic costs, d = 8, graph sizes 1 … 128, random router) in ``des.simulate_engine`` with its
+per-iteration ``trace`` and prints, per case:
+
+- the DES's per-rank count (mean, variance over mean), the instance's count F = variance / mean,
+  and the mean correlation between two ranks' counts;
+- the mean padded rows of the DES's iterations, the closed form's at the DES's own mean decode count
+  (independent Poisson), and the closed form's with the ranks' common level spread by the DES's
+  own F (level ~ Normal(b, b(F − 1)/d), each rank Poisson around it: per-rank variance
+  b + b(F − 1)/d, instance variance B·F; F = 1 is today's table);
+- F from the decode step's elasticity alone, 1/(1 − ε) with ε = slope·B/t_d (what
+  ``serving.decode_drift`` takes for the count's drift).
+
+    python benchmarks/decode_dispersion.py [--seeds 2] [--requests 48000] [--gates off,6/2,9/3]
+                                          [--budget none] [--loads 0.6,0.9]
+
+It asserts nothing; figures go to the README and the closing notes, measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the grid is defined once, in the test module
+
+import test_scheduler as grid  # noqa: E402
+
+from infersim import des, scheduler, serving  # noqa: E402
+
+D = 8
+
+
+def padded(sizes, rows: np.ndarray) -> np.ndarray:
+    """Rows padded up to the next captured size (unpadded above the largest), as the DES pads."""
+    s = np.asarray(sizes, dtype=float)
+    idx = np.searchsorted(s, np.maximum(rows, 1.0), side="left")
+    return np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], rows)
+
+
+def level_mixed(sizes, b: float, f: float, d: int = D) -> float:
+    """E[pad(max of d Poisson(level))] with the level ~ Normal(b, b(F − 1)/d) (Gauss-Hermite)."""
+    z, w = scheduler._GH
+    lvl = np.maximum(b + np.sqrt(b * max(f - 1.0, 0.0) / d) * z, 1e-3)
+    return float(np.sum(w * scheduler._padded_exact(sizes, lvl, d)))
+
+
+def case(gate: str, budget: str, load: float, seeds: int, requests: int) -> None:
+    st = grid.stats()
+    eng, batch, r = grid.placed(D, gate, budget, load)
+    rate = float(r.rate[0])
+    counts, times = [], []
+    for s in range(1, seeds + 1):
+        tr: list = []
+        des.simulate_engine(rate, D, eng, grid.decode_time, grid.S_TOK, (st.isl_points, st.isl_probs), grid.OSL,
+                            n_requests=requests, percentile=100 * grid.Q, seed=s, trace=tr)
+        counts.append(np.array([c for c, _ in tr], dtype=float))
+        times.append(np.array([t for _, t in tr]))
+    c = np.concatenate(counts)
+    total = c.sum(axis=1)
+    corr = np.corrcoef(c.T)
+    mean_corr = (corr.sum() - D) / (D * D - D)
+    f_des = float(total.var() / total.mean())
+    b = float(c.mean())
+    des_rows = float(padded(eng.graph_sizes, c.max(axis=1)).mean())
+    indep = float(scheduler.padded_rows(eng, total.mean(), D)[()])
+    mixed = level_mixed(eng.graph_sizes, b, f_des)
+    # the closed form's own elasticity at its occupancy (affine synthetic decode cost)
+    up = batch * (1.0 + serving.DRIFT_STEP)
+    r0, r1 = (float(scheduler.padded_rows(eng, x, D)[()]) for x in (batch, up))
+    slope = grid.T1 * (r1 - r0) / (up - batch)
+    eps = min(slope * batch / (grid.T0 + grid.T1 * r0), serving.DRIFT_EPS_MAX)
+    print(f"{gate:>4s} {budget:>9s} {int(100 * load):3d} % | rank mean {b:6.1f} var/mean {c.var() / b:5.2f} | "
+          f"instance F {f_des:5.2f} (elasticity alone {1 / (1 - eps):4.2f}) | rank corr {mean_corr:5.2f} | "
+          f"padded rows DES {des_rows:6.1f}, independent Poisson {indep:6.1f} ({100 * (indep / des_rows - 1):+5.1f} %), "
+          f"level spread by the DES's F {mixed:6.1f} ({100 * (mixed / des_rows - 1):+5.1f} %)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=48_000)
+    ap.add_argument("--gates", default="off,6/2,9/3")
+    ap.add_argument("--budget", default="none", choices=tuple(grid.BUDGETS))
+    ap.add_argument("--loads", default="0.3,0.6,0.9")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    for gate in args.gates.split(","):
+        for load in (float(x) for x in args.loads.split(",")):
+            case(gate, args.budget, load, args.seeds, args.requests)
+    print(f"{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
