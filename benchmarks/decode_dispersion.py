@@ -18,7 +18,11 @@ per-iteration ``trace`` and prints, per case:
   ``serving.decode_drift`` takes for the count's drift).
 
     python benchmarks/decode_dispersion.py [--seeds 2] [--requests 48000] [--gates off,6/2,9/3]
-                                          [--budget none] [--loads 0.6,0.9]
+                                          [--budget none] [--loads 0.3,0.6,0.9] [--router random]
+
+With ``--router balanced`` the closed form's padded rows are the balanced router's
+(``scheduler._padded_balanced``: the level spread as a Poisson instance count's, F = 1, and each
+rank's completions since its last refill), at the closed form's own refill of the case.
 
 It asserts nothing; figures go to the README and the closing notes, measured.
 """
@@ -57,9 +61,9 @@ def level_mixed(sizes, b: float, f: float, d: int = D) -> float:
     return float(np.sum(w * scheduler._padded_exact(sizes, lvl, d)))
 
 
-def case(gate: str, budget: str, load: float, seeds: int, requests: int) -> None:
+def case(gate: str, budget: str, load: float, seeds: int, requests: int, router: str = "random") -> None:
     st = grid.stats()
-    eng, batch, r = grid.placed(D, gate, budget, load)
+    eng, batch, r = grid.placed(D, gate, budget, load, router)
     rate = float(r.rate[0])
     counts, times = [], []
     for s in range(1, seeds + 1):
@@ -75,17 +79,31 @@ def case(gate: str, budget: str, load: float, seeds: int, requests: int) -> None
     f_des = float(total.var() / total.mean())
     b = float(c.mean())
     des_rows = float(padded(eng.graph_sizes, c.max(axis=1)).mean())
-    indep = float(scheduler.padded_rows(eng, total.mean(), D)[()])
-    mixed = level_mixed(eng.graph_sizes, b, f_des)
+    if router == "balanced":  # the balanced form at the DES's count, the case's own refill per rank
+        refill = _refill(eng, batch, r)
+        indep = float(np.ravel(scheduler.padded_rows(eng, total.mean(), D, refill))[0])
+    else:
+        indep = float(scheduler.padded_rows(eng, total.mean(), D)[()])
+    mixed = level_mixed(eng.graph_sizes, b, f_des) if router == "random" else float("nan")  # a random-router model
     # the closed form's own elasticity at its occupancy (affine synthetic decode cost)
     up = batch * (1.0 + serving.DRIFT_STEP)
-    r0, r1 = (float(scheduler.padded_rows(eng, x, D)[()]) for x in (batch, up))
+    ref = _refill(eng, batch, r) if router == "balanced" else None
+    r0, r1 = (float(np.ravel(scheduler.padded_rows(eng, x, D, None if ref is None else ref * k))[0])
+              for x, k in ((batch, 1.0), (up, 1.0 + serving.DRIFT_STEP)))
     slope = grid.T1 * (r1 - r0) / (up - batch)
     eps = min(slope * batch / (grid.T0 + grid.T1 * r0), serving.DRIFT_EPS_MAX)
-    print(f"{gate:>4s} {budget:>9s} {int(100 * load):3d} % | rank mean {b:6.1f} var/mean {c.var() / b:5.2f} | "
+    print(f"{router:>8s} {gate:>4s} {budget:>9s} {int(100 * load):3d} % | rank mean {b:6.1f} var/mean {c.var() / b:5.2f} | "
           f"instance F {f_des:5.2f} (elasticity alone {1 / (1 - eps):4.2f}) | rank corr {mean_corr:5.2f} | "
-          f"padded rows DES {des_rows:6.1f}, independent Poisson {indep:6.1f} ({100 * (indep / des_rows - 1):+5.1f} %), "
-          f"level spread by the DES's F {mixed:6.1f} ({100 * (mixed / des_rows - 1):+5.1f} %)")
+          f"padded rows DES {des_rows:6.1f}, closed form {indep:6.1f} ({100 * (indep / des_rows - 1):+5.1f} %), "
+          + (f"level spread by the DES's F {mixed:6.1f} ({100 * (mixed / des_rows - 1):+5.1f} %)" if router == "random"
+             else "(the level spread is a random-router model)"))
+
+
+def _refill(eng, batch: float, r) -> float:
+    """The closed form's completions per rank since the last refill (``engine_queue``): half a gate
+    period's arrivals per rank, the budget's waiting prompts aside (no budget here)."""
+    per_iter = batch * 1.0 / (grid.stats().osl_mean * D)
+    return float(per_iter * (np.ravel(r.gate_iters)[0] + 1.0) / 2.0)
 
 
 def main() -> None:
@@ -95,11 +113,12 @@ def main() -> None:
     ap.add_argument("--gates", default="off,6/2,9/3")
     ap.add_argument("--budget", default="none", choices=tuple(grid.BUDGETS))
     ap.add_argument("--loads", default="0.3,0.6,0.9")
+    ap.add_argument("--router", default="random", choices=("random", "balanced"))
     args = ap.parse_args()
     t0 = time.perf_counter()
     for gate in args.gates.split(","):
         for load in (float(x) for x in args.loads.split(",")):
-            case(gate, args.budget, load, args.seeds, args.requests)
+            case(gate, args.budget, load, args.seeds, args.requests, args.router)
     print(f"{time.perf_counter() - t0:.0f} s")
 
 
