@@ -47,13 +47,6 @@ from infersim import des, scheduler, serving  # noqa: E402
 D = 8
 
 
-def padded(sizes, rows: np.ndarray) -> np.ndarray:
-    """Rows padded up to the next captured size (unpadded above the largest), as the DES pads."""
-    s = np.asarray(sizes, dtype=float)
-    idx = np.searchsorted(s, np.maximum(rows, 1.0), side="left")
-    return np.where(idx < len(s), s[np.minimum(idx, len(s) - 1)], rows)
-
-
 def level_mixed(sizes, b: float, f: float, d: int = D) -> float:
     """E[pad(max of d Poisson(level))] with the level ~ Normal(b, b(F − 1)/d) (Gauss-Hermite)."""
     z, w = scheduler._GH
@@ -78,7 +71,7 @@ def case(gate: str, budget: str, load: float, seeds: int, requests: int, router:
     mean_corr = (corr.sum() - D) / (D * D - D)
     f_des = float(total.var() / total.mean())
     b = float(c.mean())
-    des_rows = float(padded(eng.graph_sizes, c.max(axis=1)).mean())
+    des_rows = float(scheduler._pad(eng.graph_sizes, np.maximum(c.max(axis=1), 1.0)).mean())  # as the DES pads
     if router == "balanced":  # the balanced form at the DES's count, the case's own refill per rank
         refill = _refill(eng, batch, r)
         indep = float(np.ravel(scheduler.padded_rows(eng, total.mean(), D, refill))[0])
@@ -92,7 +85,8 @@ def case(gate: str, budget: str, load: float, seeds: int, requests: int, router:
               for x, k in ((batch, 1.0), (up, 1.0 + serving.DRIFT_STEP)))
     slope = grid.T1 * (r1 - r0) / (up - batch)
     eps = min(slope * batch / (grid.T0 + grid.T1 * r0), serving.DRIFT_EPS_MAX)
-    print(f"{router:>8s} {gate:>4s} {budget:>9s} {int(100 * load):3d} % | rank mean {b:6.1f} var/mean {c.var() / b:5.2f} | "
+    print(f"{router:>8s} {gate:>4s} {budget:>9s} {int(100 * load):3d} % | "
+          f"rank mean {b:6.1f} var/mean {c.var() / b:5.2f} | "
           f"instance F {f_des:5.2f} (elasticity alone {1 / (1 - eps):4.2f}) | rank corr {mean_corr:5.2f} | "
           f"padded rows DES {des_rows:6.1f}, closed form {indep:6.1f} ({100 * (indep / des_rows - 1):+5.1f} %), "
           + (f"level spread by the DES's F {mixed:6.1f} ({100 * (mixed / des_rows - 1):+5.1f} %)" if router == "random"

@@ -631,8 +631,8 @@ def _padded_balanced(sizes, b, d, mu, cap=None):
 
 @lru_cache(maxsize=64)
 def _pad_table(sizes: tuple) -> np.ndarray:
-    """``_pad(sizes, n)`` for the whole n = 0 … largest size + 1 (above it pad(n) = n, which
-    ``max(table[min(n, top)], n)`` gives: the table's last entry is below any larger n)."""
+    """``_pad(sizes, n)`` for the whole n = 0 … largest size + 1 (above it pad(n) = n: the caller
+    takes n itself there)."""
     n = np.arange(float((sizes[-1] if sizes else 0) + 2))
     return np.asarray(_pad(sizes, n), dtype=float)
 
@@ -737,8 +737,7 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
     for k0 in range(1, T + 1, GATE_BLOCK):
         k = np.arange(k0, min(k0 + GATE_BLOCK, T + 1), dtype=float)[:, None]
         n = len(k)
-        whole = act.size == size
-        pick = (lambda a: a) if whole else (lambda a: a[act])  # noqa: E731
+        pick = lambda a: a[act]  # noqa: E731  (the points still walking)
         pb, dk = pick(p_busy), pick(dd)
         off = pick(off_all) if first_offset is None or k0 > 1 else np.where(k == 1, pick(first), pick(off_all))
         none = pick(keep) * np.exp(-(pick(per) * k + off))  # this rank holds no prompt
@@ -755,7 +754,7 @@ def gate_moments(e, batch, d, per_iter, offset=0.0, carried=0.0, others=None, fi
         adm, idle = walk[0:-1:2] * h_all, walk[1::2] * h_idle
         g_all = k + W * pb
         terms = np.empty((2 * n + 1, 3, act.size))
-        terms[0] = m if whole else m[:, act]
+        terms[0] = m[:, act]
         terms[1::2, 0], terms[2::2, 0] = adm * g_all, idle * k
         terms[1::2, 1], terms[2::2, 1] = adm * (k * k + (2 * k * W + W * W) * pb), idle * k * k
         terms[1::2, 2], terms[2::2, 2] = adm * g_all**3, idle * k**3
@@ -1030,7 +1029,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             m_true = batch * L / stats.osl_mean * eg / d
             c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d, engine.rank_router)
             # (the capped tables are the compound sums', so the ratio is taken against the same)
-            u_mean, u_var = busiest_tokens(stats, m_true, d)
+            u_mean = busiest_tokens(stats, m_true, d)[0]
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
             big_var = c_var  # the busiest rank's capped tokens per context iteration vary this much
             if engine.chunked_prefill and np.any(gated):

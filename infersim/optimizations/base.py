@@ -58,7 +58,7 @@ class Transform(BaseModel):
     ``search_variants`` (the settings the search tries for a round's choice).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")  # field docstrings: nothing reads them at run time
     kind: ClassVar[str] = ""
     stage: ClassVar[Stage] = Stage.GRAPH
     conflicts: ClassVar[tuple[str, ...]] = ()

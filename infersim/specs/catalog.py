@@ -150,12 +150,10 @@ def schema(kind: str) -> dict:
     """JSON Schema of a profile kind (for editors)."""
     from .docs import with_descriptions
 
-    if kind == "hardware":
-        return with_descriptions(HardwareSpec.model_json_schema(), Spec)
-    if kind == "model":
-        return with_descriptions(ModelSpec.model_json_schema(), Spec)
-    if kind == "scenario":
-        return with_descriptions(_SCENARIO.json_schema(), Spec)
+    build = {"hardware": HardwareSpec.model_json_schema, "model": ModelSpec.model_json_schema,
+             "scenario": _SCENARIO.json_schema}.get(kind)
+    if build is not None:
+        return with_descriptions(build(), Spec)
     raise SpecError(f"unknown profile kind '{kind}' (expected one of {', '.join(KINDS)})")
 
 
