@@ -398,7 +398,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     that ends with its first token), ``ahead_tokens`` (the prompt tokens ahead of it on its rank at
     the first admission after its arrival, a chunked rest still running included; -1 if it saw none),
     ``backlog_tokens`` (of those, the prompts that were already waiting at the admission before),
-    ``measured`` (the requests the result's figures count): benchmarks/gated_chunked_wait.py.
+    ``measured`` (the requests the result's figures count), ``rank`` and ``prompt_tokens`` (its
+    rank and prompt length): benchmarks/gated_chunked_wait.py.
     """
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -602,7 +603,7 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     sel = (arr >= w0) & (arr < horizon * (1.0 + warmup_frac) * 0.95) & np.isfinite(done)
     if record:
         requests.update(arrival_iter=arr_it, admit_iter=adm_it, first_iter=first_it, ahead_tokens=ahead_tok,
-                        backlog_tokens=back_tok, measured=sel)
+                        backlog_tokens=back_tok, measured=sel, rank=rank.copy(), prompt_tokens=plen.copy())
     ttft = (first - arr)[sel]
     e2e = (done - arr)[sel]
     dec = sel & (m > 0)
