@@ -365,7 +365,8 @@ def _route(new, rank, plen, counts, active_tokens):
 def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl: tuple, osl: tuple, L: float = 1.0, *,
                     n_requests: int = 20000, percentile: float = 99.0, seed: int = 0, dq: float = 1.0,
                     warmup_frac: float = 0.15, arrival_scv: float = 1.0, policy: str = "fcfs",
-                    assignment: str | None = None, trace: list | None = None) -> EngineDes:
+                    assignment: str | None = None, trace: list | None = None,
+                    requests: dict | None = None) -> EngineDes:
     """Simulate renewal arrivals at ``rate`` (Poisson by default; gamma gaps of squared coefficient
     of variation ``arrival_scv`` otherwise) into an engine of ``d`` attention ranks.
 
@@ -392,6 +393,13 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     ``trace``: a list to which every measured iteration appends (its ranks' decoding sequences as
     a tuple, its duration in seconds), for studies of the iteration-level state
     (benchmarks/decode_dispersion.py).
+    ``requests``: a dict filled, per request, with ``arrival_iter`` (the iteration at whose start it
+    is first in a queue), ``admit_iter`` (the iteration that admits it), ``first_iter`` (the one
+    that ends with its first token), ``ahead_tokens`` (the prompt tokens ahead of it on its rank at
+    the first admission after its arrival, a chunked rest still running included; -1 if it saw none),
+    ``backlog_tokens`` (of those, the prompts that were already waiting at the admission before),
+    ``measured`` (the requests the result's figures count), ``rank`` and ``prompt_tokens`` (its
+    rank and prompt length): benchmarks/gated_chunked_wait.py.
     """
     t0 = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -428,6 +436,11 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
     finish_heap = []       # (iteration index of the last decode, rank, request)
     first = np.full(n, np.nan)
     done = np.full(n, np.nan)
+    record = requests is not None
+    if record:
+        arr_it, adm_it, first_it = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+        ahead_tok, back_tok = np.full(n, -1.0), np.zeros(n)
+        prev_admit = -1
     slot_wait = np.zeros(n, dtype=bool)
     ptr, k, tau = 0, 0, 0.0
     wait_c = tmo_c = 0
@@ -445,11 +458,15 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                 new.append(ptr)
                 ptr += 1
             if new:
+                if record:
+                    arr_it[new] = k
                 _route(new, rank, plen, [running[r] + len(waiting[r]) for r in range(d)], active_tokens)
                 for req in new:
                     waiting[rank[req]].append(req)
                     active_tokens[rank[req]] += plen[req]
         while ptr < n and arr[ptr] <= tau:  # random router: each request to its drawn rank
+            if record:
+                arr_it[ptr] = k
             waiting[rank[ptr]].append(ptr)
             ptr += 1
         if sum(running) == 0 and not any(waiting):
@@ -482,6 +499,15 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
         took = False
         for r in range(d):
             free = np.inf if budget is None else budget - decoding[r] * dq
+            if record and admit:  # the tokens ahead of each waiting prompt at its first admission
+                ahead = chunk_left[r][1] if chunk_left[r] is not None else 0.0
+                older = 0.0
+                for req in waiting[r]:
+                    if ahead_tok[req] < 0:
+                        ahead_tok[req], back_tok[req] = ahead, older
+                    ahead += plen[req]
+                    if arr_it[req] <= prev_admit:
+                        older += plen[req]
             if chunk_left[r] is not None:  # a chunked prompt continues whatever the gate says
                 req, left = chunk_left[r]
                 step = min(left, max(free, 0.0))
@@ -505,6 +531,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                         spilled = True
                         break
                     w.popleft()
+                    if record:
+                        adm_it[req] = k
                     running[r] += 1
                     took = True
                     step = min(need, free)
@@ -520,6 +548,8 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                         blocked = blocked or tokens[r] == 0  # alone beside the rank's decode tokens
                         break
                     w.popleft()
+                    if record:
+                        adm_it[req] = k
                     running[r] += 1
                     took = True
                     tokens[r] += need
@@ -550,8 +580,12 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
             it_count += 1
         tau += t_it
         # sequences whose prompt completed: first token now, then m decode iterations
+        if record and admit:
+            prev_admit = k
         for req, r in firsts:
             first[req] = tau
+            if record:
+                first_it[req] = k
             if m[req] == 0:
                 done[req] = tau
                 running[r] -= 1
@@ -567,6 +601,9 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
             decoding[r] -= 1
         k += 1
     sel = (arr >= w0) & (arr < horizon * (1.0 + warmup_frac) * 0.95) & np.isfinite(done)
+    if record:
+        requests.update(arrival_iter=arr_it, admit_iter=adm_it, first_iter=first_it, ahead_tokens=ahead_tok,
+                        backlog_tokens=back_tok, measured=sel, rank=rank.copy(), prompt_tokens=plen.copy())
     ttft = (first - arr)[sel]
     e2e = (done - arr)[sel]
     dec = sel & (m > 0)
