@@ -15,7 +15,9 @@ per-iteration ``trace`` and prints, per case:
   own F (level ~ Normal(b, b(F − 1)/d), each rank Poisson around it: per-rank variance
   b + b(F − 1)/d, instance variance B·F; F = 1 is today's table);
 - F from the decode step's elasticity alone, 1/(1 − ε) with ε = slope·B/t_d (what
-  ``serving.decode_drift`` takes for the count's drift).
+  ``serving.decode_drift`` takes for the count's drift), and from the linear-noise model of the
+  count (``linear_noise_f``: the arrivals feed both the count and the next iteration's stall), at the
+  closed form's own decode count and at the DES's (random router only).
 
     python benchmarks/decode_dispersion.py [--seeds 2] [--requests 48000] [--gates off,6/2,9/3]
                                           [--budget none] [--loads 0.3,0.6,0.9] [--router random]
@@ -54,6 +56,67 @@ def level_mixed(sizes, b: float, f: float, d: int = D) -> float:
     return float(np.sum(w * scheduler._padded_exact(sizes, lvl, d)))
 
 
+def padded_spread(sizes, b: float, f: float, d: int = D, nodes: int = 24) -> float:
+    """E[pad(max of d Poisson(level))], the level ~ Normal(b, b(F − 1)/d) (Gauss-Hermite, ``nodes``):
+    each padded value from the Poisson CDFs at the captured sizes themselves, smooth in b (the
+    derivative the linear-noise slope needs; ``level_mixed`` prices the rows themselves)."""
+    from scipy.stats import poisson
+
+    z, w = np.polynomial.hermite.hermgauss(nodes)
+    lvl = np.maximum(b + np.sqrt(2.0 * b * max(f - 1.0, 0.0) / d) * z, 1e-6)
+    s = np.asarray(sizes, dtype=float)
+    cdf = poisson.cdf(s[None, :], lvl[:, None]) ** d  # P(max ≤ size)
+    mass = np.diff(np.concatenate([np.zeros((len(lvl), 1)), cdf], axis=1), axis=1)
+    above = 1.0 - cdf[:, -1]  # past the largest size: unpadded, E[max | max > top] ≈ top + 1
+    rows = mass @ s + above * (s[-1] + 1.0)
+    return float(np.sum(w * rows) / np.sqrt(np.pi))
+
+
+def linear_noise_f(eng, batch: float, rate: float, gate_iters: float, d: int = D, nfft: int = 1 << 14,
+                   iters: int = 40) -> float:
+    """The instance's decode-count F = Var/mean at a mean decode count ``batch`` (the sequences past
+    their first token), ``rate`` requests/s and a mean gate period ``gate_iters``, as a linear system in the
+    iteration clock (accuracy history, thirtieth session): arrivals A_k = λ·t_k + ε_k (Poisson
+    noise), the count N = H·A (H: the output-length survival two iterations on, delayed over the
+    gate's period), the iteration time t = g·N + c·(A admitted) + η, with g the decode step's slope at
+    the count's own spread (level ~ Normal(b, b(F − 1)/d), iterated to a fixed point), c the stall
+    per admitted arrival and η the stall's residual noise over the busiest rank's tokens, spread over
+    the period. S_N = [Ā|H|² + λ²|H|²σ²_η + Ā(S_shot − |H|²)|1 − λcK|²] / |1 − λgH − λcK|²."""
+    st = grid.stats()
+    m_pts = np.ceil(grid.OSL[0] - 1.0)
+    m_p = grid.OSL[1] / np.sum(grid.OSL[1])
+    top = int(m_pts.max())
+    h = np.zeros(nfft)
+    h[2:top + 2] = [np.sum(m_p[m_pts >= j]) for j in range(1, top + 1)]  # decoding from 2 iterations on
+    acv = np.zeros(nfft)
+    for tau in range(top + 1):
+        acv[tau] = acv[-tau] = np.sum(m_p * np.maximum(m_pts - tau, 0.0))
+    z = np.exp(-2j * np.pi * np.arange(nfft) / nfft)
+    g_lo, g_hi = int(np.floor(gate_iters)), int(np.floor(gate_iters)) + 1
+    frac = gate_iters - g_lo  # the period's mix of its two whole neighbours, each admitting uniformly
+    kern = sum(w * sum(z ** (u + 1) for u in range(n)) / n for n, w in ((max(g_lo, 1), 1.0 - frac), (g_hi, frac)) if w > 0)
+    H = np.fft.fft(h) * kern / z
+    s_shot = np.fft.fft(acv).real
+    a_bar = batch / np.sum(m_p * m_pts)  # arrivals per iteration (Little's law in the iteration clock)
+    lump = a_bar * gate_iters  # prompts admitted per context iteration
+    e0, v0 = (float(np.ravel(x)[0]) for x in scheduler.busiest_tokens(st, np.array([lump / d]), np.array([d])))
+    e1 = float(np.ravel(scheduler.busiest_tokens(st, np.array([lump * 1.01 / d]), np.array([d]))[0])[0])
+    c = grid.S_TOK * (e1 - e0) / (0.01 * lump)
+    var_eta = max(grid.S_TOK**2 * v0 - c * c * lump, 0.0) / gate_iters
+    f = 1.0
+    for _ in range(iters):
+        b, db = batch / d, 0.02 * batch / d
+        g = grid.T1 * (padded_spread(eng.graph_sizes, b + db, f, d) - padded_spread(eng.graph_sizes, b - db, f, d)) / (2 * db * d)
+        denom = np.abs(1.0 - rate * g * H - rate * c * kern) ** 2
+        s_n = (a_bar * np.abs(H) ** 2 + rate**2 * np.abs(H) ** 2 * var_eta
+               + a_bar * (s_shot - np.abs(H) ** 2) * np.abs(1.0 - rate * c * kern) ** 2) / denom
+        f_new = float(np.mean(s_n)) / batch
+        if abs(f_new - f) < 1e-3:
+            return f_new
+        f = 0.5 * (f + f_new)
+    return f
+
+
 def case(gate: str, budget: str, load: float, seeds: int, requests: int, router: str = "random") -> None:
     st = grid.stats()
     eng, batch, r = grid.placed(D, gate, budget, load, router)
@@ -84,10 +147,15 @@ def case(gate: str, budget: str, load: float, seeds: int, requests: int, router:
     r0, r1 = (float(np.ravel(scheduler.padded_rows(eng, x, D, None if ref is None else ref * k))[0])
               for x, k in ((batch, 1.0), (up, 1.0 + serving.DRIFT_STEP)))
     slope = grid.T1 * (r1 - r0) / (up - batch)
+    gate_iters = float(np.ravel(r.gate_iters)[0])
+    own = float(np.ravel(serving.decode_batch(batch, 1.0, grid.stats()))[0])  # the closed form's decode count
+    f_lin, f_lin_des = ((linear_noise_f(eng, n, rate, gate_iters) if router == "random" else float("nan"))
+                        for n in (own, float(total.mean())))
     eps = min(slope * batch / (grid.T0 + grid.T1 * r0), serving.DRIFT_EPS_MAX)
     print(f"{router:>8s} {gate:>4s} {budget:>9s} {int(100 * load):3d} % | "
           f"rank mean {b:6.1f} var/mean {c.var() / b:5.2f} | "
-          f"instance F {f_des:5.2f} (elasticity alone {1 / (1 - eps):4.2f}) | rank corr {mean_corr:5.2f} | "
+          f"instance F {f_des:5.2f} (elasticity alone {1 / (1 - eps):4.2f}, linear noise {f_lin:4.2f} at the closed form's "
+          f"count, {f_lin_des:4.2f} at the DES's) | rank corr {mean_corr:5.2f} | "
           f"padded rows DES {des_rows:6.1f}, closed form {indep:6.1f} ({100 * (indep / des_rows - 1):+5.1f} %), "
           + (f"level spread by the DES's F {mixed:6.1f} ({100 * (mixed / des_rows - 1):+5.1f} %)" if router == "random"
              else "(the level spread is a random-router model)"))
