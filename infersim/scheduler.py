@@ -1259,8 +1259,9 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     since the last context iteration (half the period's, compound Poisson). With Z = (W + A + P)/c
     its last token is taken in context iteration ceil(Z): K = ceil(Z) − 1 more, E[K] = Σ_k P(Z > k),
     E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0; given W = 0 on the
-    gated chunked path (``start``, the straddler's overshoot), K ≥ k ⟺ A + start ≥ k·c on the
-    compound Poisson lattice itself (``_ahead_wait_sums``). Returns (E[K], Var[K], P(K ≥ 1))."""
+    gated chunked path (``start`` the straddler's mean overshoot ov, ``cap`` the free budget plus
+    ov: each missed admission takes a budget and the straddler's rest), K ≥ k ⟺ A + ov ≥ k·cap on
+    the compound Poisson lattice itself (``_ahead_wait_sums``). Returns (E[K], Var[K], P(K ≥ 1))."""
     mean0, var0, mean1, var1 = _budget_z(stats, 0.5 * count, cap, p_over, backlog, stable, start, start_var, fit)
     # both cases in one pass (a leading axis: W = 0, W > 0)
     mean0, mean1, var0, var1 = np.broadcast_arrays(mean0, mean1, var0, var1)
