@@ -49,27 +49,21 @@ from infersim import des, scheduler, serving  # noqa: E402
 D = 8
 
 
-def level_mixed(sizes, b: float, f: float, d: int = D) -> float:
-    """E[pad(max of d Poisson(level))] with the level ~ Normal(b, b(F − 1)/d) (Gauss-Hermite)."""
-    z, w = scheduler._GH
-    lvl = np.maximum(b + np.sqrt(b * max(f - 1.0, 0.0) / d) * z, 1e-3)
-    return float(np.sum(w * scheduler._padded_exact(sizes, lvl, d)))
-
-
 def padded_spread(sizes, b: float, f: float, d: int = D, nodes: int = 24) -> float:
-    """E[pad(max of d Poisson(level))], the level ~ Normal(b, b(F − 1)/d) (Gauss-Hermite, ``nodes``):
-    each padded value from the Poisson CDFs at the captured sizes themselves, smooth in b (the
-    derivative the linear-noise slope needs; ``level_mixed`` prices the rows themselves)."""
+    """E[pad(max of d Poisson(level))], the level ~ Normal(b, b(F − 1)/d) (Gauss-Hermite, ``nodes``;
+    F = 1: the closed form's independent Poisson ranks), from the Poisson CDFs at the captured sizes
+    and, above the largest, at every whole count (unpadded there): smooth in b, so the linear-noise
+    slope can difference it."""
     from scipy.stats import poisson
 
     z, w = np.polynomial.hermite.hermgauss(nodes)
-    lvl = np.maximum(b + np.sqrt(2.0 * b * max(f - 1.0, 0.0) / d) * z, 1e-6)
-    s = np.asarray(sizes, dtype=float)
-    cdf = poisson.cdf(s[None, :], lvl[:, None]) ** d  # P(max ≤ size)
-    mass = np.diff(np.concatenate([np.zeros((len(lvl), 1)), cdf], axis=1), axis=1)
-    above = 1.0 - cdf[:, -1]  # past the largest size: unpadded, E[max | max > top] ≈ top + 1
-    rows = mass @ s + above * (s[-1] + 1.0)
-    return float(np.sum(w * rows) / np.sqrt(np.pi))
+    lvl = np.maximum(b + np.sqrt(2.0 * b * max(f - 1.0, 0.0) / d) * z, 1e-6)[:, None]
+    s = np.asarray(sizes or (1,), dtype=float)  # no sizes: every count its own (at least one row)
+    above = np.arange(s[-1] + 1.0, np.ceil(lvl.max() + 12.0 * np.sqrt(lvl.max()) + 12.0) + 1.0)
+    pts = np.concatenate([s, above])
+    cdf = poisson.cdf(pts[None, :], lvl) ** d  # P(max ≤ each point)
+    mass = np.diff(cdf, axis=1, prepend=0.0)
+    return float(np.sum(w * (mass @ pts)) / np.sqrt(np.pi))
 
 
 def linear_noise_f(eng, batch: float, rate: float, gate_iters: float, d: int = D, nfft: int = 1 << 14,
@@ -140,7 +134,7 @@ def case(gate: str, budget: str, load: float, seeds: int, requests: int, router:
         indep = float(np.ravel(scheduler.padded_rows(eng, total.mean(), D, refill))[0])
     else:
         indep = float(scheduler.padded_rows(eng, total.mean(), D)[()])
-    mixed = level_mixed(eng.graph_sizes, b, f_des) if router == "random" else float("nan")  # a random-router model
+    mixed = padded_spread(eng.graph_sizes, b, f_des) if router == "random" else float("nan")  # a random-router model
     # the closed form's own elasticity at its occupancy (affine synthetic decode cost)
     up = batch * (1.0 + serving.DRIFT_STEP)
     ref = _refill(eng, batch, r) if router == "balanced" else None

@@ -579,9 +579,9 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
             it_time_sum += t_it
             it_count += 1
         tau += t_it
-        # sequences whose prompt completed: first token now, then m decode iterations
         if record and admit:
             prev_admit = k
+        # sequences whose prompt completed: first token now, then m decode iterations
         for req, r in firsts:
             first[req] = tau
             if record:

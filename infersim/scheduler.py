@@ -1176,7 +1176,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
 
         tagged = (d > 1, stall)
     res = _metrics(t_d, s_mean, s_sq, s_tok, big_var_a, eg, vg, batch, d, L, stats, q, None, g3, s_extra, extra, budget,
-                   slope, quantiles, tagged, first, ctx_share if tail is not None else None)
+                   slope, quantiles, tagged, first, ctx_share)
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
@@ -1391,15 +1391,15 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
 
 def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: WorkloadStats, q, cost, g3=0.0,
              s_extra=None, budget_wait=None, capped: bool = False, slope=0.0, quantiles: bool = True,
-             tagged=None, first=None, admit_share=None) -> EngineResult:
+             tagged=None, first=None, admit_share=1.0) -> EngineResult:
     """Period moments → rate, TTFT and TPOT (reduces to ``serving.queue_metrics`` for d = 1, G = 1).
     ``quantiles`` False: the means only (the percentiles and the end-to-end p99 are NaN).
     ``tagged`` = (where, stall): at the points ``where``, the iteration that admits a tagged prompt
     stalls ``stall(n)`` for the n prompts it carries (elsewhere the mean stall per prompt times n).
     ``first(n)``: with a chunked budget, the prefill of the tagged prompt's first context iteration
     when n prompts are admitted with it (one budget at most), in place of the whole prompts' stall.
-    ``admit_share``: gated with a chunked budget, the admitting iteration's share of the period's
-    prompt stall (the straddling prompts' rests are prefilled in the iteration after it)."""
+    ``admit_share``: the admitting iteration's share of the period's prompt stall, below 1 gated
+    with a chunked budget (the straddling prompts' rests are prefilled in the iteration after it)."""
     one = np.all(np.asarray(d) == 1) and np.all(np.asarray(eg) == 1.0) and np.all(np.asarray(vg) == 0.0)
     ca2 = np.asarray(stats.arrival_scv, dtype=float)
     renewal = bool(np.any(ca2 != 1.0))
@@ -1441,13 +1441,10 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     # −λ·E[C*]); they enter where the co-arrivals are counted
     e_n, v_n = palm_excess(ca2, rate * c_star) if renewal else (0.0, 0.0)
     s_extra = s_mean if s_extra is None else s_extra
-    stalled = s_mean + rho * c_star  # the prompts admitted with it stall their iteration
-    if admit_share is not None:
-        # gated chunked: the admitting iteration stalls for its share of the period's prompt tokens;
-        # the rests of the prompts that straddle the budget come in the next iteration, which only
-        # those prompts wait for (their budget wait, ``engine_queue``)
-        stalled = stalled * admit_share
-    b_mean = 0.5 * c_star + t_d + stalled
+    # the prompts admitted with it stall their iteration; gated chunked only for its share of the
+    # period's prompt tokens: the rests of the prompts that straddle the budget come in the next
+    # iteration, which only those prompts wait for (their budget wait, ``engine_queue``)
+    b_mean = 0.5 * c_star + t_d + s_mean * admit_share + rho * c_star * admit_share
     if renewal:
         b_mean = b_mean + e_n * s_extra
     one_rank = np.asarray(d) == 1
