@@ -162,10 +162,20 @@ def _slack(res: Result, i: int, j: int, limits) -> float:
 
 
 REFINE_BISECTIONS = 6
-"""Most steps of ``refine_best``'s bracket search where its secant (or bound) try breaks a limit
-(regula falsi on latency slacks, else bisection, which then leaves the placed batch within 2⁻⁶ of
-the gap to the failed try below the largest that holds); the search also ends once the bracket is
-that narrow or a held try is within ``REFINE_SLACK`` of its latency limit."""
+"""``refine_best``'s bracket search, where its secant (or bound) try breaks a limit, ends once the
+bracket is 2⁻⁶ of the gap from the axis point to that try (as narrow as six bisections leave it), or
+once a held try is within ``REFINE_SLACK`` of its latency limit, or after ``REFINE_ROUNDS``."""
+REFINE_ROUNDS = 3
+"""Evaluations of ``refine_best``'s bracket search after its first; each prices the bracket's secant
+root (or midpoint) and ``REFINE_SPREAD`` around it together."""
+REFINE_GUARDS = (1.0 / 512, 1.0 / 128, 1.0 / 32, 1.0 / 8, 0.5)
+"""Batches priced with ``refine_best``'s latency try, below it by these fractions of its distance
+from the axis point: where the try breaks the limit after all (a graph size, the gate), the largest
+guard that holds starts the bracket search, usually within ``REFINE_SLACK`` or one round of it. A
+one-layout evaluation at a few batches costs about what it costs at one (fixed per-call cost)."""
+REFINE_SPREAD = (1.0 / 64, 1.0 / 8, 0.5)
+"""Batches each bracket round prices beside its secant root: that far towards either end of the
+bracket, as fractions of the root's distance from it."""
 
 
 def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadStats) -> tuple[Result, int] | None:
@@ -209,53 +219,68 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
         tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
                                             dp=(lay.dp,)))  # the best point's layout alone (fit_only cut the axis)
-    def at(b):  # the layout alone at batch b: (evaluation, meets the limits), None if it is not one row
-        r = search.evaluate(plan, scenario, query.accelerators, stats, np.array([b]), price_per_hour=query.price)
-        return None if r.ok.shape[0] != 1 else (r, bool(r.ok[0, 0]))
 
-    def better(r):
-        return (r, 0) if r is not None and r.score[0, 0] > res.score[i, j] * (1 + 1e-9) else None
+    def at(bs):  # the layout alone at batches bs (one evaluation), None if it is not one row
+        r = search.evaluate(plan, scenario, query.accelerators, stats, np.asarray(bs, dtype=float),
+                            price_per_hour=query.price)
+        return None if r.ok.shape[0] != 1 else r
 
-    failed, s_failed = hi, _latency_slack(res, i, int(col[0]), limits) if col.size else None
-    for b in tries:
-        if not lo < b < hi:
-            continue
-        if (got := at(b)) is None:
-            return None
-        if got[1]:
-            return better(got[0])
-        if b < failed:
-            failed, s_failed = b, _latency_slack(got[0], 0, 0, limits)
+    def better(r, k):
+        return (r, k) if r is not None and r.score[0, k] > res.score[i, j] * (1 + 1e-9) else None
+
+    tries = [b for b in tries if lo < b < hi]
+    if not tries:
+        return None
+    # the tries in their order of preference, with guards below the first latency try (where it
+    # breaks the limit after all, the largest guard that holds narrows the bracket at no further
+    # evaluation: one evaluation prices many batches of one layout for about the cost of one)
+    latency = s_hi > -1.0 and s_lo - s_hi > 1e-12
+    guards = [tries[0] - (tries[0] - lo) * f for f in REFINE_GUARDS] if latency else []
+    if (got := at(tries + guards)) is None:
+        return None
+    for k in range(len(tries)):
+        if got.ok[0, k]:
+            return better(got, k)
+    failed = min(tries)
+    s_failed = _latency_slack(got, 0, tries.index(failed), limits)
+    width = (failed - lo) * 2.0 ** -REFINE_BISECTIONS
     # every try broke a limit (the slack is not convex everywhere: a graph size, the gate): the
     # largest batch that holds between the axis' point and the lowest failed try, so the placed
-    # batch still moves continuously with the inputs. Where both ends carry a latency slack, the
-    # try is the secant's root of the bracket (Illinois: the end kept twice has its slack halved),
-    # else its midpoint; until the bracket is 2⁻⁶ of its first width or a held try is within
-    # ``REFINE_SLACK`` of its limit
-    held, lo_b, hi_b, s_a, s_b, kept = None, lo, failed, _latency_slack(res, i, j, limits), s_failed, 0
-    width = (failed - lo) * 2.0 ** -REFINE_BISECTIONS
-    for _ in range(REFINE_BISECTIONS):
-        if s_a is not None and s_b is not None and s_a > 0.0 > s_b:
-            b = lo_b + (hi_b - lo_b) * s_a / (s_a - s_b)
-            b = min(max(b, lo_b + 0.05 * (hi_b - lo_b)), hi_b - 0.05 * (hi_b - lo_b))
-        else:
-            b = 0.5 * (lo_b + hi_b)
-        if (got := at(b)) is None:
-            return None
-        s = _latency_slack(got[0], 0, 0, limits)
-        if got[1]:
-            held, lo_b, s_a = got[0], b, s
-            s_b = 0.5 * s_b if kept == 1 and s_b is not None else s_b  # the failed end kept twice: halve
-            kept = 1
-            if s is not None and s < REFINE_SLACK:
+    # batch still moves continuously with the inputs. Each round prices a handful of batches around
+    # the secant's root of the bracket (where both ends carry a latency slack, else its midpoint) and
+    # keeps the largest that holds and the next that fails above it; until the bracket is 2⁻⁶ of
+    # its first width or a held try is within ``REFINE_SLACK`` of its limit
+    held, lo_b, hi_b, s_a, s_b = None, lo, failed, _latency_slack(res, i, j, limits), s_failed
+    evaluated = [(got, k) for k in range(len(tries), len(tries) + len(guards))]
+    for n in range(REFINE_ROUNDS + 1):
+        moved_lo = moved_hi = False
+        for r, k in sorted(evaluated, key=lambda e: float(e[0].batch[e[1]])):
+            b = float(r.batch[k])
+            if not lo_b < b < hi_b:
+                continue
+            if r.ok[0, k]:
+                held, lo_b, s_a, moved_lo = (r, k), b, _latency_slack(r, 0, k, limits), True
+            else:  # the lowest failure above the largest held batch closes the bracket
+                hi_b, s_b, moved_hi = b, _latency_slack(r, 0, k, limits), True
                 break
-        else:
-            hi_b, s_b = b, s
-            s_a = 0.5 * s_a if kept == -1 and s_a is not None else s_a
-            kept = -1
-        if hi_b - lo_b <= width:
+        if held is not None and s_a is not None and s_a < REFINE_SLACK or hi_b - lo_b <= width or n == REFINE_ROUNDS:
             break
-    return better(held)
+        if n > 0 and moved_lo and not moved_hi and s_b is not None:  # Illinois: an end kept has its slack halved
+            s_b *= 0.5
+        if n > 0 and moved_hi and not moved_lo and s_a is not None:
+            s_a *= 0.5
+        w = hi_b - lo_b
+        if s_a is not None and s_b is not None and s_a > 0.0 > s_b:
+            mid = lo_b + w * s_a / (s_a - s_b)
+            mid = min(max(mid, lo_b + 0.05 * w), hi_b - 0.05 * w)
+        else:
+            mid = lo_b + 0.5 * w
+        bs = sorted({mid, *(mid - (mid - lo_b) * f for f in REFINE_SPREAD),
+                     *(mid + (hi_b - mid) * f for f in REFINE_SPREAD)} - {lo_b, hi_b})
+        if (got := at(bs)) is None:
+            return None
+        evaluated = [(got, k) for k in range(len(bs))]
+    return better(*held) if held is not None else None
 
 
 MONOTONE_LIMITS = frozenset({Reason.KV_CAPACITY, Reason.BATCH_LIMIT})

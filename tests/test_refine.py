@@ -1,6 +1,7 @@
 """Where ``api.refine_best`` places the batch between two points of the searched axis, and what it
-costs: at a latency limit (regula falsi on the slack), at the Offline token budget's closed-form
-bound, and not at all above a point that sits on the batch cap."""
+costs: at a latency limit (the secant's root, then rounds of several batches around the bracket's
+root), at the Offline token budget's closed-form bound, and not at all above a point that sits on
+the batch cap."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from infersim.specs import catalog
 
 
 @pytest.fixture
-def single_batch_calls(monkeypatch):
-    """Batches of the one-point evaluations ``refine_best`` makes."""
+def refine_calls(monkeypatch):
+    """Batches of each evaluation ``refine_best`` makes (the searches themselves give no batch axis)."""
     calls = []
     orig = search.evaluate
 
     def counted(plan, scenario, accelerators, stats=None, batch_axis=None, **kw):
-        if batch_axis is not None and np.size(batch_axis) == 1:
-            calls.append(float(np.ravel(batch_axis)[0]))
+        if batch_axis is not None:
+            calls.append([float(b) for b in np.ravel(batch_axis)])
         return orig(plan, scenario, accelerators, stats, batch_axis, **kw)
 
     monkeypatch.setattr(search, "evaluate", counted)
@@ -42,7 +43,21 @@ def test_latency_bound_batch_is_placed_at_the_limit(hw, scenario, rnd, tp, tpot_
     assert p.feasible and 0.0 <= slack <= api.REFINE_SLACK, slack
 
 
-def test_offline_batch_reaches_the_token_budget_bound(single_batch_calls):
+def test_bracket_search_prices_several_batches_per_evaluation(refine_calls):
+    # B300 v6.0 Llama 2 70B Interactive, TP1: the next axis point (431) breaks a limit with no
+    # latency figure, the halfway try 396.5 breaks p99 TPOT by 42 %: six bisections took six more
+    # one-batch evaluations; the bracket rounds, each pricing the secant's root with batches either
+    # side of it, reach the limit in two
+    p = api.predict("b300", "llama2-70b", "mlperf-llama2-70b-interactive", 8, round="v6.0", tp=1)
+    assert p.config["tp"] == 1 and p.feasible
+    assert len(refine_calls) <= 3 and max(len(c) for c in refine_calls) > 1
+    placed = [b for call in refine_calls for b in call if b == p.config["batch"]]
+    assert placed, "the returned batch is one the refinement priced"
+    slack = 1.0 - p.metrics["tpot_s"] / 0.04
+    assert 0.0 <= slack <= api.REFINE_SLACK, slack
+
+
+def test_offline_batch_reaches_the_token_budget_bound(refine_calls):
     # B200 v6.0 Llama 2 70B Offline on one GPU: the step's tokens reach max_num_tokens before the
     # batch cap (2,048) or the KV cache; the bound is linear in the batch, so one evaluation at it
     p = api.predict("b200", "llama2-70b", "mlperf-llama2-70b-offline", 1, round="v6.0", tp=1)
@@ -51,15 +66,16 @@ def test_offline_batch_reaches_the_token_budget_bound(single_batch_calls):
     bound = scheduler.offline_batch_bound(p.plan, Layout(tp=1, pp=1, ep=1, dp=1), stats)
     assert bound < p.plan.engine.max_batch_size
     assert p.config["batch"] == pytest.approx(bound, rel=1e-8)
-    assert single_batch_calls == [pytest.approx(bound, rel=1e-8)]
+    # the bound and the fallback halfway below it, priced together
+    assert len(refine_calls) == 1 and refine_calls[0][0] == pytest.approx(bound, rel=1e-8)
 
 
-def test_no_search_above_a_point_on_the_batch_cap(single_batch_calls):
+def test_no_search_above_a_point_on_the_batch_cap(refine_calls):
     # L40S v4.1 TP4 Offline: the axis point is the engine's cap (1,024 sequences), which every
     # larger batch breaks: no evaluation between it and the next point (seven before)
     p = api.predict("l40s", "llama2-70b", "mlperf-llama2-70b-offline", 8, round="v4.1", tp=4)
     assert p.config["batch"] == p.plan.engine.max_batch_size == 1024
-    assert single_batch_calls == []
+    assert refine_calls == []
 
 
 @pytest.mark.parametrize("hw,model,rnd,tp,dp", [
