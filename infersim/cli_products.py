@@ -13,7 +13,8 @@ import typer
 from .errors import SpecError
 
 DISPATCH_HELP = ("How the front end hands requests to the instances (Server/Interactive, several instances): random, "
-                 "round_robin or load_balancing (to the fewest in flight); default: the round preset's (random).")
+                 "round_robin, load_balancing (to the fewest in flight) or fewest_tokens (to the fewest prompt tokens "
+                 "waiting); default: the round preset's (random).")
 """``--dispatch``'s help on ``run``, ``pareto`` and ``plan``."""
 
 
@@ -83,7 +84,7 @@ def sweep_cmd(
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Optimization turned off everywhere (repeatable)."),
     price: Optional[str] = typer.Option(None, "--price-per-hour", help="US$ per accelerator-hour values, comma-separated."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=V1,V2", help="Optimization parameter values as an axis (repeatable), e.g. mtp.depth=1,2,3 or disagg.decode_workers=36,40,44."),
-    dispatch: Optional[str] = typer.Option(None, "--dispatch", help="Request dispatch to the instances as an axis, comma-separated: random, round_robin, load_balancing (default: the round preset's)."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help="Request dispatch to the instances as an axis, comma-separated: random, round_robin, load_balancing, fewest_tokens (default: the round preset's)."),
     keep: Optional[str] = typer.Option(None, "--keep", help="Rows per cell: all (default), best or pareto."),
     out: Optional[Path] = typer.Option(None, "--out", help="Stream the rows to this .parquet or .csv file."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: CPU count)."),

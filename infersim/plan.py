@@ -137,6 +137,9 @@ class Engine:
     with the fewest requests in flight (NVIDIA harness default ``loadBalancing`` / llmlib Server
     ``load_balancing``, AMD harness ``shortest_queue``): the instance refills its freed slots, its
     arrivals as dispersed as the output length, between c²/N and c² (``scheduler.instance_arrival_scv``).
+    "fewest_tokens": to the instance with the fewest prompt tokens waiting (NVIDIA llmlib
+    ``isl_load_balancing``): the instances' prompt queues become one pooled queue
+    (``scheduler.pooled_backlog``, one attention rank per instance).
     The round presets keep "random" (docs/readme-sessions.md, twenty-second session)."""
 
     def free_tokens(self, decode_tokens_per_rank):

@@ -45,7 +45,8 @@ def _formats(c: dict) -> str:
 
 
 DISPATCH_TEXT = {"random": "random (each to a random instance)", "round_robin": "round robin (dealt in turn)",
-                 "load_balancing": "load balancing (to the fewest in flight)"}
+                 "load_balancing": "load balancing (to the fewest in flight)",
+                 "fewest_tokens": "fewest tokens (to the fewest prompt tokens waiting)"}
 """How ``config.dispatch`` reads in the table."""
 
 

@@ -70,14 +70,16 @@ def _graph_sizes(text: str):
 def run_dispatch(settings: dict[str, str]) -> str | None:
     """How the run's harness handed requests to its instances (``plan.Engine.instance_dispatch``):
     its recorded ``traffic_distribution_policy`` (``isl_load_balancing``, the instance with the
-    fewest pending input tokens, taken as load balancing), else its harness's default: the NVIDIA
+    fewest pending input tokens: "fewest_tokens"), else its harness's default: the NVIDIA
     harness balances Server load (the instance with the fewest requests in flight) and deals
     Offline and Interactive requests in turn (shared/reference/mlperf_submission_configs.md, v6.0
     ``closed/NVIDIA/code/llmlib/config.py`` and ``factory.py``); the AMD harness sends each to the
     shortest queue (v5.1 ``closed/AMD/code/*/harness_llm/backends/common/server_sut.py``
     ``shortest_queue``). None for other harnesses (the preset's)."""
     policy = settings.get("traffic_distribution_policy", "").strip().lower()
-    if policy in ("load_balancing", "isl_load_balancing"):
+    if policy == "isl_load_balancing":
+        return "fewest_tokens"
+    if policy == "load_balancing":
         return "load_balancing"
     if policy == "round_robin":
         return "round_robin"

@@ -884,9 +884,11 @@ def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
     within an engine (``rank_backlog``): its arrivals are the superposition of its slots' renewal
     processes (request after request, each living its output's decode iterations), whose counts
     over the many periods a prompt backlog integrates have the dispersion of the output length's
-    SCV. Taken as that, at most the system's c² and at least the round-robin deal's c²/N."""
+    SCV. Taken as that, at most the system's c² and at least the round-robin deal's c²/N.
+    "fewest_tokens" keeps the system's c²: its effect is the pooled prompt queue
+    (``pooled_backlog``), priced there."""
     how = engine.instance_dispatch
-    if how == "random":
+    if how in ("random", "fewest_tokens"):  # the latter's pooling is the prompt queue's (``pooled_backlog``)
         return scv
     n = np.maximum(np.asarray(workers, dtype=float), 1.0)
     dealt = np.asarray(scv, dtype=float) / n
@@ -895,6 +897,40 @@ def instance_arrival_scv(engine, scv, workers, osl_scv: float = 1.0):
     system = np.asarray(scv, dtype=float)
     refill = np.minimum(system * max(osl_scv, 0.0), system)
     return np.where(n > 1, np.maximum(dealt, refill), system)  # one instance: the system's own stream
+
+
+def erlang_c(n, a):
+    """Erlang's C: the chance an arrival waits in an M/M/n queue of offered load ``a`` = λ/μ (arrays
+    broadcast, n whole ≥ 1; 1 where a ≥ n). By Erlang B's recursion B_k = a·B_{k−1}/(k + a·B_{k−1}),
+    then C = n·B_n/(n − a·(1 − B_n))."""
+    n, a = np.broadcast_arrays(np.maximum(np.round(np.asarray(n, dtype=float)), 1.0), np.asarray(a, dtype=float))
+    b = np.ones(n.shape)
+    for k in range(1, int(np.max(n, initial=1.0)) + 1):
+        b = np.where(k <= n, a * b / (k + a * b), b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c = n * b / (n - a * (1.0 - b))
+    return np.where(a < n, np.clip(c, 0.0, 1.0), 1.0)
+
+
+def pooled_backlog(p_over, backlog, rho, instances):
+    """A rank's chance to carry a prompt backlog and its mean backlog when the front end sends each
+    request to the instance with the fewest prompt tokens waiting (``instance_dispatch``
+    "fewest_tokens"), from the same figures of an instance fed alone (``p_over``, ``backlog`` at
+    per-instance load ``rho``), ``instances`` of them.
+
+    Notes
+    -----
+    Joining the instance with the least work left is first come, first served over the pooled
+    instances (an arrival waits exactly what it would wait for the first of n servers to free up in
+    a central queue), so the n prefill queues are one M/G/n. The M/G/n-to-M/G/1 ratios of the
+    Allen-Cunneen approximation, at the same per-server load ρ, carry over: a prompt finds a
+    backlog with Erlang's C(n, nρ) in place of ρ, and the backlog it finds is n times shorter, so
+    the mean backlog per instance scales by C(n, nρ)/(nρ). One instance (n = 1): unchanged."""
+    rho = np.clip(np.asarray(rho, dtype=float), 1e-12, None)
+    n = np.maximum(np.asarray(instances, dtype=float), 1.0)
+    c = erlang_c(n, n * rho)
+    p = np.clip(np.asarray(p_over, dtype=float) * np.minimum(c / rho, 1.0 / rho), 0.0, 1.0)
+    return p, np.asarray(backlog, dtype=float) * c / (n * rho)
 
 
 def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
@@ -955,7 +991,8 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
 
     res = engine_queue(plan.engine, d, batch, stats, plan.serving.tokens_per_step, percentile / 100.0,
                        lambda rows: decode_times([(rows, batch)])[0], prefill_time, dq=dq,
-                       prompt_scale=plen / stats.isl_mean, decode_times=decode_times, quantiles=quantiles)
+                       prompt_scale=plen / stats.isl_mean, decode_times=decode_times, quantiles=quantiles,
+                       instances=workers)
     res.tpot_p99 = res.tpot_p99 * tpot_spread(plan, percentile / 100.0)
     res.tpot_p50 = res.tpot_p50 * tpot_spread(plan, 0.5)
     res.shape, res.step = cache["decode"]
@@ -964,7 +1001,7 @@ def _server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile:
 
 def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, decode_time, prefill_time, *,
                  dq: float = 1.0, prompt_scale: float = 1.0, decode_time_at=None, decode_times=None,
-                 quantiles: bool = True) -> EngineResult:
+                 quantiles: bool = True, instances=1.0) -> EngineResult:
     """The scheduler's closed form for given iteration costs.
 
     ``decode_time(rows)``: decode iteration time with ``rows`` sequences per rank (padded);
@@ -975,7 +1012,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     too), for the step's slope; default ``decode_time(rows)``. ``decode_times(pairs, (n, imbalance))``: both
     at once (``decode_time_at`` of each (rows, batch) pair, the last the decode step itself) and the
     first ``prefill_time``, where given.
-    ``quantiles`` False: the means only (``_metrics``).
+    ``quantiles`` False: the means only (``_metrics``). ``instances``: how many of this engine the
+    front end feeds (``engine.instance_dispatch`` "fewest_tokens" pools their prompt backlogs).
     """
     d = np.asarray(d, dtype=float)
     batch = np.asarray(batch, dtype=float)
@@ -1123,6 +1161,11 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
             rate_it = request_rate(batch, t_d, s_mean, L, stats)
             _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d, engine.rank_router)
+            if engine.instance_dispatch == "fewest_tokens" and np.any(np.asarray(instances) > 1):
+                # the instances' prompt queues pooled (one rank each; with attention DP the ranks'
+                # own router decides inside an instance, not modelled as pooled)
+                p_pool, back_pool = pooled_backlog(p_u, back_u, rate_it * full / d * stats.isl_mean / cap, instances)
+                p_u, back_u = np.where(d == 1, p_pool, p_u), np.where(d == 1, back_pool, back_u)
             p_over = np.where(ungated, p_u, p_over)
             backlog = np.where(ungated, back_u, backlog)
             stable = np.where(ungated, stable_u, stable)

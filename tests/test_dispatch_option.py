@@ -39,7 +39,7 @@ def test_dispatch_reaches_the_engine_and_a_single_instance_ignores_it():
 
 
 def test_bad_dispatch_is_a_clear_error():
-    with pytest.raises(SpecError, match="--dispatch must be one of random, round_robin, load_balancing"):
+    with pytest.raises(SpecError, match="--dispatch must be one of random, round_robin, load_balancing, fewest_tokens"):
         api.predict(*SYSTEM, 16, dispatch="fastest", **ARGS)
 
 
@@ -53,7 +53,7 @@ def test_cli_bad_dispatch_exits_2_with_one_line(runner, argv):
     result = runner.invoke(app, argv)
     assert result.exit_code == 2, result.output
     lines = result.stderr.splitlines()
-    assert lines == ["error: --dispatch must be one of random, round_robin, load_balancing (got 'fastest')"]
+    assert lines == ["error: --dispatch must be one of random, round_robin, load_balancing, fewest_tokens (got 'fastest')"]
 
 
 def test_cli_run_reports_the_dispatch(runner):

@@ -527,7 +527,7 @@ def test_run_engine_takes_the_runs_own_settings():
     assert at_load.run_engine(base, {**nv, "scenario": "Server"}).instance_dispatch == "load_balancing"
     assert at_load.run_engine(base, {**nv, "scenario": "Interactive"}).instance_dispatch == "round_robin"
     assert at_load.run_engine(base, {**nv, "scenario": "Server", "traffic_distribution_policy": "isl_load_balancing"}
-                              ).instance_dispatch == "load_balancing"
+                              ).instance_dispatch == "fewest_tokens"
     assert at_load.run_engine(base, amd).instance_dispatch == "load_balancing"  # AMD harness: shortest queue
     assert at_load.run_engine(base, {"harness": "Red Hat vLLM SUT", "scenario": "Server"}).instance_dispatch == "random"
 

@@ -23,9 +23,10 @@ from ..specs import catalog
 from ..specs.catalog import bundled_root
 from ..specs.hardware import CalibrationRecord, Precision
 
-Dispatch = Literal["random", "round_robin", "load_balancing"]
+Dispatch = Literal["random", "round_robin", "load_balancing", "fewest_tokens"]
 """How a front end hands arriving requests to the instances (``plan.Engine.instance_dispatch``):
-each to a random instance, dealt in turn, or to the instance with the fewest requests in flight."""
+each to a random instance, dealt in turn, to the instance with the fewest requests in flight, or to
+the one with the fewest prompt tokens waiting."""
 DISPATCH_POLICIES: tuple[str, ...] = get_args(Dispatch)
 """``Dispatch``'s values, in order (``--dispatch`` and the presets' ``instance_dispatch``)."""
 
