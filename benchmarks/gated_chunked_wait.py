@@ -44,8 +44,8 @@ def model_terms(eng, batch):
     seen = {}
     inner = scheduler.budget_wait
 
-    def wrapped(stats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None):
-        out = inner(stats, count, cap, p_over, backlog, stable, start, start_var, fit)
+    def wrapped(stats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None, **kw):
+        out = inner(stats, count, cap, p_over, backlog, stable, start, start_var, fit, **kw)
         seen.update(p_over=p_over, backlog=backlog, wait=out)
         return out
 

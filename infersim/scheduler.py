@@ -64,6 +64,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
+import math
 
 import numpy as np
 
@@ -428,11 +429,13 @@ def _bilinear(tables, lx, ly, x, y):
             + (1 - fx) * fy * tables[:, i, j + 1] + fx * fy * tables[:, i + 1, j + 1])
 
 
-def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random"):
+def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random", restoring=None):
     """The busiest rank's prompt tokens per context iteration when a rank takes at most ``cap``
     ISL tokens (``_capped_table``): (E[Y], Var[Y], P(a rank carries a backlog), mean backlog in
     ISL tokens, stable). ``count``: expected new prompts per rank per context iteration;
-    ``router``: ``Engine.rank_router`` (its arrivals' dispersion sets the backlog, ``rank_backlog``)."""
+    ``router``: ``Engine.rank_router`` (its arrivals' dispersion sets the backlog, ``rank_backlog``);
+    ``restoring``: the balanced router's pull per period (``rank_backlog``), which adds the backlog's
+    squared coefficient of variation as a sixth value."""
     count, cap, d = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(cap, dtype=float), np.asarray(d))
     ey, vy, pov, back = (np.zeros(count.shape) for _ in range(4))
     stable = count * stats.isl_mean < cap
@@ -448,10 +451,36 @@ def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random"):
         back[sel] = np.exp(lb)  # over Kingman's backlog (linear in the count below the axis, as it)
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.where(stable, back * count * stats.isl_sq / (2.0 * (cap - count * stats.isl_mean)), np.inf)
-    return ey, vy, pov, rank_backlog(router, stats, back, d), stable
+    drift = np.maximum(cap - count * stats.isl_mean, 0.0) if restoring is not None else None
+    if restoring is None:
+        return ey, vy, pov, rank_backlog(router, stats, back, d), stable
+    back, cv2 = rank_backlog(router, stats, back, d, restoring, drift, with_cv2=True)
+    return ey, vy, pov, back, stable, cv2
 
 
-def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
+def reflected_ou(kingman_mean, drift, restoring):
+    """Mean and squared coefficient of variation of a backlog that drifts down by ``drift`` per
+    period with the variance whose reflected random walk has mean ``kingman_mean`` (σ² =
+    2·drift·kingman_mean), pulled back in proportion to itself at ``restoring`` per period: the
+    stationary density ∝ exp(−b·x − a·x²) on x ≥ 0, b = 2·drift/σ², a = restoring/σ², whose moments
+    satisfy b + 2a·E[x] = f(0)/∫f and E[x²] = (1 − b·E[x])/(2a) (arrays broadcast; restoring 0:
+    ``kingman_mean`` and 1, the exponential)."""
+    from scipy.special import erfcx
+
+    k, mu, g = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (kingman_mean, drift, restoring)))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        s2 = 2.0 * mu * k
+        a, b = g / s2, 2.0 * mu / s2
+        root = np.sqrt(a)
+        beta = b / root
+        half = 0.5 * math.sqrt(math.pi) * erfcx(0.5 * beta)  # ∫f·√a
+        mean = (1.0 / (2.0 * half) - 0.5 * beta) / root
+        cv2 = ((1.0 - b * mean) / (2.0 * a) - mean * mean) / (mean * mean)
+    use = (g > 0) & (k > 0) & np.isfinite(k) & (mu > 0) & np.isfinite(mean) & (mean > 0)
+    return np.where(use, mean, k), np.where(use, np.clip(cv2, 0.0, 1.0), 1.0)
+
+
+def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, drift=None, with_cv2: bool = False):
     """A rank's mean carried backlog (ISL tokens) from the one of a rank fed by a compound Poisson
     stream of prompts (arrays, d broadcast). The backlog, which integrates many periods, scales as
     the prompt tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson
@@ -462,7 +491,19 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
     the output length's SCV c², not 1. Otherwise the instance's own arrivals set it: renewal
     arrivals with c_a² (``stats.arrival_scv``) thinned over d ranks at random, c² = 1 + (c_a² − 1)/d
     (a load balancer that deals requests to instances in turn makes each one's arrivals smoother
-    than Poisson, c_a² = 1/N over N instances)."""
+    than Poisson, c_a² = 1/N over N instances).
+
+    ``restoring`` (per period, with ``drift`` = c − count·E[ISL] tokens per period; balanced router
+    only): the router's pull on a backlogged rank. Its waiting prompts count towards the level the
+    router fills, so they displace decoding sequences, and the completions of those are what refill
+    a rank: an excess of w waiting prompts lowers the rank's arrivals by w·E[G]·L/OSL per period, a
+    drift back in proportion to the backlog (``reflected_ou``, Poisson period noise). Near
+    saturation the backlog lives for many periods and that pull bounds it; over a few periods it
+    does not act and the long-run dispersion above sets it: the smaller of the two is taken
+    (des.simulate_engine, 9/3 chunked, DES / model backlog at ρ 0.93 / 0.95 / 0.98: 825 / 1,010 /
+    1,282 tokens against 792 / 905 / 1,039, where the dispersion alone gave 1,287 / 2,057 / 4,830).
+    With ``with_cv2`` also the backlog's squared coefficient of variation (1: exponential, less
+    where the pull bounds it)."""
     if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
@@ -477,11 +518,19 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d):
         c2 = np.maximum(1.0 + (np.asarray(stats.arrival_scv) - 1.0) / np.maximum(d, 1), 0.0)
         with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
             out = np.where(np.isfinite(backlog), backlog * kingman(c2), backlog)
+    one = np.ones(np.shape(out))
     if router != "balanced":
-        return out
+        return (out, one) if with_cv2 else out
     factor = min(kingman(max(stats.osl_scv, 0.0)), 1.0)
+    bal, cv2 = backlog * factor, one
+    if restoring is not None:
+        ou, ou_cv2 = reflected_ou(backlog, drift, restoring)
+        cv2 = np.where(ou < bal, ou_cv2, 1.0)
+        bal = np.minimum(bal, ou)
     with np.errstate(invalid="ignore"):
-        return np.where((d > 1) & np.isfinite(backlog), backlog * factor, out)
+        use = (d > 1) & np.isfinite(backlog)
+        res = np.where(use, bal, out)
+    return (res, np.where(use, cv2, 1.0)) if with_cv2 else res
 
 
 def balanced_waiting(engine, stats: WorkloadStats, d, cap, count):
@@ -1145,9 +1194,12 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # iterations and 1.2 % shorter than the mean one, 82.0 against 83.0 ms; the rank's
             # queue is then at 95 % load, where 1 % more arrivals is 20 % more backlog)
             m_back = rate * (eg_b * t_d + stall) / d
-            _, _, p_over, backlog, stable = capped_tokens(stats, m_back, cap, d, engine.rank_router)
+            # the balanced router pulls a backlogged rank back (``rank_backlog``): E[G_b]·L/OSL of an
+            # excess waiting prompt's displaced decoding sequence completes per period
+            _, _, p_over, backlog, stable, backlog_cv2 = capped_tokens(stats, m_back, cap, d, engine.rank_router,
+                                                                       restoring=eg_b * L / stats.osl_mean)
         else:  # E[G] = 1 throughout: the loop's own figures at m_rank = m_true
-            p_over = carried
+            p_over, backlog_cv2 = carried, 1.0
         # a prompt that waits does so behind a full rank: each context iteration it waits is one
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
         full = eg_b * t_d + s_tok * (cap if tail is None else cap_c + tail) * prompt_scale
@@ -1200,7 +1252,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # period) wait that one iteration more
             x, px = np.asarray(stats.isl_points, dtype=float), np.asarray(stats.isl_probs, dtype=float)
             ov_var = float(np.sum(px * x**3) / (3.0 * np.sum(px * x))) - ov * ov  # forward recurrence
-            k_mean, k_var, p_k = budget_wait(stats, m_rank, cap, p_over, backlog, stable, start=ov, start_var=ov_var)
+            k_mean, k_var, p_k = budget_wait(stats, m_rank, cap, p_over, backlog, stable, start=ov, start_var=ov_var,
+                                             backlog_cv2=backlog_cv2)
             p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
@@ -1278,7 +1331,8 @@ def whole_prompt_budget(stats: WorkloadStats, free):
     return np.maximum(free - stats.prompt_overshoot, 0.5 * free)
 
 
-def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None):
+def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None,
+              backlog_cv2=1.0):
     """Mean and variance of Z = (W + A + P)/budget given W = 0 (over ``fit``, default ``cap``) and
     given W > 0 (over ``cap``): A the tokens of ``ahead`` prompts (compound Poisson), P the tagged
     prompt's (``start``/``start_var`` where it is a rest, else one prompt), W the rank's backlog
@@ -1288,10 +1342,11 @@ def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=N
     fit = cap if fit is None else fit
     tokens, tokens_var = ahead * mu + own, ahead * m2 + own_var
     wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
-    return tokens / fit, tokens_var / fit**2, tokens / cap + wpos, tokens_var / cap**2 + wpos * wpos
+    return tokens / fit, tokens_var / fit**2, tokens / cap + wpos, tokens_var / cap**2 + backlog_cv2 * wpos * wpos
 
 
-def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None):
+def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None,
+                backlog_cv2=1.0):
     """Mean and variance of the context iterations a prompt waits beyond the first one after its
     arrival because its rank takes at most ``cap`` tokens per context iteration (a chunked prompt
     is prefilled over several; a whole one waits until it fits).
@@ -1305,7 +1360,8 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     gated chunked path (``start`` the straddler's mean overshoot ov, ``cap`` the free budget plus
     ov: each missed admission takes a budget and the straddler's rest), K ≥ k ⟺ A + ov ≥ k·cap on
     the compound Poisson lattice itself (``_ahead_wait_sums``). Returns (E[K], Var[K], P(K ≥ 1))."""
-    mean0, var0, mean1, var1 = _budget_z(stats, 0.5 * count, cap, p_over, backlog, stable, start, start_var, fit)
+    mean0, var0, mean1, var1 = _budget_z(stats, 0.5 * count, cap, p_over, backlog, stable, start, start_var, fit,
+                                         backlog_cv2)
     # both cases in one pass (a leading axis: W = 0, W > 0)
     mean0, mean1, var0, var1 = np.broadcast_arrays(mean0, mean1, var0, var1)
     (s0, s1), (s0sq, s1sq), (p0, p1) = _gamma_tail_sums(np.stack((mean0, mean1)), np.stack((var0, var1)))
