@@ -978,7 +978,7 @@ def pooled_backlog(p_over, backlog, rho, instances):
     rho = np.clip(np.asarray(rho, dtype=float), 1e-12, None)
     n = np.maximum(np.asarray(instances, dtype=float), 1.0)
     c = erlang_c(n, n * rho)
-    p = np.clip(np.asarray(p_over, dtype=float) * np.minimum(c / rho, 1.0 / rho), 0.0, 1.0)
+    p = np.clip(np.asarray(p_over, dtype=float) * c / rho, 0.0, 1.0)  # C ≤ 1
     return p, np.asarray(backlog, dtype=float) * c / (n * rho)
 
 

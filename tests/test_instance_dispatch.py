@@ -6,7 +6,10 @@ in flight (NVIDIA harness_llm ``traffic_distribution_policy`` default loadBalanc
 An instance then sees one arrival in N, not a Poisson stream thinned at random: dealt in turn its
 gaps are Erlang-N (c_a² = 1/N), and the closed form takes load balancing at that value
 (``scheduler.instance_arrival_scv``). The closed form's renewal arrivals are checked against the
-DES in tests/test_arrivals.py (c_a² 0.25 into a chunked budget: mean TTFT within 20 %)."""
+DES in tests/test_arrivals.py (c_a² 0.25 into a chunked budget: mean TTFT within 20 %). To the
+fewest pending prompt tokens (``isl_load_balancing``, "fewest_tokens") the instances' prompt queues
+are one pooled M/G/N queue (``scheduler.pooled_backlog``), checked here against a simulation of
+the instances' prompt queues."""
 
 from __future__ import annotations
 
