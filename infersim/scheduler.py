@@ -522,12 +522,12 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, 
     if router != "balanced":
         return (out, one) if with_cv2 else out
     factor = min(kingman(max(stats.osl_scv, 0.0)), 1.0)
-    bal, cv2 = backlog * factor, one
-    if restoring is not None:
-        ou, ou_cv2 = reflected_ou(backlog, drift, restoring)
-        cv2 = np.where(ou < bal, ou_cv2, 1.0)
-        bal = np.minimum(bal, ou)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite (not finite: not used)
+        bal, cv2 = backlog * factor, one
+        if restoring is not None:
+            ou, ou_cv2 = reflected_ou(backlog, drift, restoring)
+            cv2 = np.where(ou < bal, ou_cv2, 1.0)
+            bal = np.minimum(bal, ou)
         use = (d > 1) & np.isfinite(backlog)
         res = np.where(use, bal, out)
     return (res, np.where(use, cv2, 1.0)) if with_cv2 else res
