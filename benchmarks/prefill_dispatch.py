@@ -24,7 +24,6 @@ step costs: it isolates the queueing discipline. Run: ``python benchmarks/prefil
 from __future__ import annotations
 
 import argparse
-import heapq
 import sys
 from pathlib import Path
 
@@ -33,33 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infersim import serving  # noqa: E402
+from infersim import des, serving  # noqa: E402
 from infersim.specs import catalog  # noqa: E402
-
-POLICIES = ("random", "fewest_requests", "fewest_tokens")
-
-
-def simulate(policy: str, arrivals: np.ndarray, isl: np.ndarray, instances: int, rate: float, iteration_s: float,
-             decode_s: float, rng) -> np.ndarray:
-    """TTFT of every request under ``policy`` (``rate``: prompt tokens per second per instance)."""
-    free_at = np.zeros(instances)                      # when each instance's pending prefill ends
-    leaving = [[] for _ in range(instances)]           # heaps of the in-flight requests' end times
-    ttft = np.empty(len(arrivals))
-    for i, t in enumerate(arrivals):
-        if policy == "random":
-            k = int(rng.integers(instances))
-        elif policy == "fewest_requests":
-            for h in leaving:
-                while h and h[0] <= t:
-                    heapq.heappop(h)
-            k = int(np.argmin([len(h) for h in leaving]))
-        else:
-            k = int(np.argmin(np.maximum(free_at - t, 0.0)))
-        done = max(t, free_at[k]) + isl[i] / rate
-        free_at[k] = done
-        heapq.heappush(leaving[k], done + decode_s)
-        ttft[i] = done - t + iteration_s
-    return ttft
 
 
 def main() -> None:
@@ -82,8 +56,8 @@ def main() -> None:
     rate = args.budget / args.iteration_s
     load = args.qps * float(np.sum(p * x)) / (args.instances * rate)
     print(f"{args.scenario}: {args.qps} q/s over {args.instances} instances, prefill utilization {load:.2f}")
-    for policy in POLICIES:
-        s = simulate(policy, arrivals, isl, args.instances, rate, args.iteration_s, args.decode_s, rng)[args.requests // 10:]
+    for policy in des.DISPATCH_SIM_POLICIES:
+        s = des.simulate_dispatch(policy, arrivals, isl, args.instances, rate, args.iteration_s, args.decode_s, rng)[args.requests // 10:]
         print(f"  {policy:16s} TTFT p50 {np.median(s):5.2f} s, mean {s.mean():5.2f} s, p99 {np.percentile(s, 99):5.2f} s")
 
 

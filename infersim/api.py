@@ -205,7 +205,8 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
     s_lo = _slack(res, i, j, limits)
     s_hi = _slack(res, i, int(col[0]), limits) if col.size else -1.0
     lay = res.layout_at(i)
-    if s_hi > -1.0 and s_lo - s_hi > 1e-12:  # a latency limit crossed: the secant's root
+    latency = s_hi > -1.0 and s_lo - s_hi > 1e-12
+    if latency:  # a latency limit crossed: the secant's root
         tries = [lo + (hi - lo) * s_lo / (s_lo - s_hi)]
     else:  # memory or the batch cap: their bound, else halfway (a second try where the bound fails)
         cap = res.plan.engine.max_batch_size
@@ -234,7 +235,6 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
     # the tries in their order of preference, with guards below the first latency try (where it
     # breaks the limit after all, the largest guard that holds narrows the bracket at no further
     # evaluation: one evaluation prices many batches of one layout for about the cost of one)
-    latency = s_hi > -1.0 and s_lo - s_hi > 1e-12
     guards = [tries[0] - (tries[0] - lo) * f for f in REFINE_GUARDS] if latency else []
     if (got := at(tries + guards)) is None:
         return None

@@ -624,3 +624,42 @@ def simulate_engine(rate: float, d: int, engine, decode_time, s_tok: float, isl:
                      e2e_p=_percentile(e2e, q) if len(e2e) else float("inf"),
                      e2e_p50=float(np.median(e2e)) if len(e2e) else float("inf"),
                      decode_batch=dec_area / span, decode_rows=rows_sum / max(it_count, 1))
+
+
+DISPATCH_SIM_POLICIES = ("random", "fewest_requests", "fewest_tokens")
+"""``simulate_dispatch``'s policies: a uniformly random instance, the one with the fewest requests in
+flight (``instance_dispatch`` "load_balancing"), the one with the fewest prompt tokens waiting
+("fewest_tokens")."""
+
+
+def simulate_dispatch(policy: str, arrivals: np.ndarray, isl: np.ndarray, instances: int, rate: float,
+                      iteration_s: float = 0.0, decode_s: float = 0.0, rng=None) -> np.ndarray:
+    """TTFT of every request when a front end hands ``arrivals`` (times, s) with prompts of ``isl``
+    tokens to ``instances`` instances by ``policy`` (``DISPATCH_SIM_POLICIES``): each instance
+    prefills its prompts first come, first served at ``rate`` prompt tokens per second (a fluid
+    server: a chunked budget over its iteration, work-conserving), a request's TTFT is its wait,
+    its own prefill and ``iteration_s`` for its first token, and it stays in flight ``decode_s``
+    after (what "fewest_requests" counts). The queueing discipline alone, no step costs: the oracle
+    of ``scheduler.pooled_backlog`` (tests/test_instance_dispatch.py) and
+    benchmarks/prefill_dispatch.py. ``rng`` draws the random instances."""
+    if policy not in DISPATCH_SIM_POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(DISPATCH_SIM_POLICIES)} (got {policy!r})")
+    rng = np.random.default_rng() if rng is None else rng
+    free_at = np.zeros(instances)                      # when each instance's pending prefill ends
+    leaving = [[] for _ in range(instances)]           # heaps of the in-flight requests' end times
+    ttft = np.empty(len(arrivals))
+    for i, t in enumerate(arrivals):
+        if policy == "random":
+            k = int(rng.integers(instances))
+        elif policy == "fewest_requests":
+            for h in leaving:
+                while h and h[0] <= t:
+                    heapq.heappop(h)
+            k = int(np.argmin([len(h) for h in leaving]))
+        else:
+            k = int(np.argmin(np.maximum(free_at - t, 0.0)))
+        done = max(t, free_at[k]) + isl[i] / rate
+        free_at[k] = done
+        heapq.heappush(leaving[k], done + decode_s)
+        ttft[i] = done - t + iteration_s
+    return ttft

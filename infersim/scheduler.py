@@ -64,7 +64,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass, replace
 from functools import lru_cache
-import math
 
 import numpy as np
 
@@ -451,10 +450,9 @@ def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random", r
         back[sel] = np.exp(lb)  # over Kingman's backlog (linear in the count below the axis, as it)
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.where(stable, back * count * stats.isl_sq / (2.0 * (cap - count * stats.isl_mean)), np.inf)
-    drift = np.maximum(cap - count * stats.isl_mean, 0.0) if restoring is not None else None
     if restoring is None:
-        return ey, vy, pov, rank_backlog(router, stats, back, d), stable
-    back, cv2 = rank_backlog(router, stats, back, d, restoring, drift, with_cv2=True)
+        return ey, vy, pov, rank_backlog(router, stats, back, d)[0], stable
+    back, cv2 = rank_backlog(router, stats, back, d, restoring, np.maximum(cap - count * stats.isl_mean, 0.0))
     return ey, vy, pov, back, stable, cv2
 
 
@@ -473,14 +471,14 @@ def reflected_ou(kingman_mean, drift, restoring):
         a, b = g / s2, 2.0 * mu / s2
         root = np.sqrt(a)
         beta = b / root
-        half = 0.5 * math.sqrt(math.pi) * erfcx(0.5 * beta)  # ∫f·√a
+        half = 0.5 * np.sqrt(np.pi) * erfcx(0.5 * beta)  # ∫f·√a
         mean = (1.0 / (2.0 * half) - 0.5 * beta) / root
         cv2 = ((1.0 - b * mean) / (2.0 * a) - mean * mean) / (mean * mean)
     use = (g > 0) & (k > 0) & np.isfinite(k) & (mu > 0) & np.isfinite(mean) & (mean > 0)
     return np.where(use, mean, k), np.where(use, np.clip(cv2, 0.0, 1.0), 1.0)
 
 
-def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, drift=None, with_cv2: bool = False):
+def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, drift=None):
     """A rank's mean carried backlog (ISL tokens) from the one of a rank fed by a compound Poisson
     stream of prompts (arrays, d broadcast). The backlog, which integrates many periods, scales as
     the prompt tokens' variance per arrival (Kingman): (Var ISL + c²·E[ISL]²)/E[ISL²] of the Poisson
@@ -502,10 +500,11 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, 
     does not act and the long-run dispersion above sets it: the smaller of the two is taken
     (des.simulate_engine, 9/3 chunked, DES / model backlog at ρ 0.93 / 0.95 / 0.98: 825 / 1,010 /
     1,282 tokens against 792 / 905 / 1,039, where the dispersion alone gave 1,287 / 2,057 / 4,830).
-    With ``with_cv2`` also the backlog's squared coefficient of variation (1: exponential, less
-    where the pull bounds it)."""
+    Returns (mean backlog, its squared coefficient of variation: 1, the exponential's, but where the
+    pull bounds it)."""
+    one = np.ones(np.shape(backlog))
     if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
-        return backlog
+        return backlog, one
     var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
 
     def kingman(c2):  # the backlog's factor at count dispersion c2
@@ -518,9 +517,8 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, 
         c2 = np.maximum(1.0 + (np.asarray(stats.arrival_scv) - 1.0) / np.maximum(d, 1), 0.0)
         with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
             out = np.where(np.isfinite(backlog), backlog * kingman(c2), backlog)
-    one = np.ones(np.shape(out))
     if router != "balanced":
-        return (out, one) if with_cv2 else out
+        return out, one
     factor = min(kingman(max(stats.osl_scv, 0.0)), 1.0)
     with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite (not finite: not used)
         bal, cv2 = backlog * factor, one
@@ -529,8 +527,7 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, 
             cv2 = np.where(ou < bal, ou_cv2, 1.0)
             bal = np.minimum(bal, ou)
         use = (d > 1) & np.isfinite(backlog)
-        res = np.where(use, bal, out)
-    return (res, np.where(use, cv2, 1.0)) if with_cv2 else res
+        return np.where(use, bal, out), np.where(use, cv2, 1.0)
 
 
 def balanced_waiting(engine, stats: WorkloadStats, d, cap, count):
@@ -1212,11 +1209,12 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # 405B B200 Server at 0.95 qps per instance: TTFT p99 4.57 s; at the mean iteration's
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
             rate_it = request_rate(batch, t_d, s_mean, L, stats)
-            _, _, p_u, back_u, stable_u = capped_tokens(stats, rate_it * full / d, cap, d, engine.rank_router)
+            m_full = rate_it * full / d
+            _, _, p_u, back_u, stable_u = capped_tokens(stats, m_full, cap, d, engine.rank_router)
             if engine.instance_dispatch == "fewest_tokens" and np.any(np.asarray(instances) > 1):
                 # the instances' prompt queues pooled (one rank each; with attention DP the ranks'
                 # own router decides inside an instance, not modelled as pooled)
-                p_pool, back_pool = pooled_backlog(p_u, back_u, rate_it * full / d * stats.isl_mean / cap, instances)
+                p_pool, back_pool = pooled_backlog(p_u, back_u, m_full * stats.isl_mean / cap, instances)
                 p_u, back_u = np.where(d == 1, p_pool, p_u), np.where(d == 1, back_pool, back_u)
             p_over = np.where(ungated, p_u, p_over)
             backlog = np.where(ungated, back_u, backlog)
