@@ -172,29 +172,6 @@ def test_round_chain_composes_monotone_values_and_its_sparsity():
     assert "v5.0.kernel_efficiency starts faster than v5.1" in notes[0]
 
 
-def test_jacobian_pattern_leaves_out_what_a_dense_model_cannot_feel():
-    # a parameter only routed experts use is a structural zero on a dense model's row: the pattern
-    # leaves it out (no prediction spent on it in the finite difference), and a dense prediction is
-    # indeed bit-identical whatever its value, while an MoE model's moves
-    from infersim.accuracy.data import PredictionKey
-    from infersim.accuracy.fit import jacobian_pattern
-    from infersim.accuracy.runner import Runner
-
-    dense = PredictionKey("v5.1", "h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-offline", 1)
-    moe = PredictionKey("v5.1", "h100-sxm", "mixtral-8x7b", "mlperf-mixtral-8x7b-offline", 8)
-    other = PredictionKey("v5.1", "b200", "mixtral-8x7b", "mlperf-mixtral-8x7b-offline", 8)
-    hw = [acc_params.Parameter("hardware", "h100-sxm", n, 0.1, 0.9, 0.5, 0.5)
-          for n in ("compute_fraction", "moe_memory_fraction")]
-    step = acc_params.Parameter("step", "v5.1", "moe_kernel_efficiency", 1.0, 2.0, 1.0, 1.0, neighbour="v5.0")
-    pattern = jacobian_pattern([dense, moe, other], hw + [step], {}, {2: {"v5.1"}})
-    assert pattern.tolist() == [[True, False, False], [True, True, True], [False, False, True]]
-    run = Runner()
-    low = (("moe_memory_fraction", 0.2),), (("moe_kernel_efficiency", 0.6),)
-    high = (("moe_memory_fraction", 0.6),), (("moe_kernel_efficiency", 1.4),)
-    assert run.predict(dense, *low).value == run.predict(dense, *high).value is not None
-    assert run.predict(moe, *low).value != run.predict(moe, *high).value
-
-
 @pytest.fixture(scope="module")
 def small_fit():
     """A real (short) fit of hardware and round parameters, with a snapshot around it."""

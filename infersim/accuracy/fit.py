@@ -289,28 +289,6 @@ TIES = {"kernels_as": ("die", KERNEL_PARAMETERS), "host_as": ("host", HOST_PARAM
 """Efficiency fields naming a sibling profile → (what the two share, the parameters tied by it)."""
 
 
-def jacobian_pattern(keys: Sequence[PredictionKey], params: Sequence[Parameter],
-                     ties: Mapping[tuple[str, str], tuple[str, str]], reach: Mapping[int, set[str]]) -> np.ndarray:
-    """Which parameters can move which prediction: [key, parameter] booleans, the fit's Jacobian
-    sparsity. A hardware parameter moves its own profile's rows and those of the profiles tied to it
-    (``ties``: (hardware, parameter) → (owner, what they share)); a round step moves the rounds in
-    its ``reach`` (``params.step_support``). A parameter that only routed experts use
-    (``MOE_PARAMETERS``, ``MOE_ROUND_FACTORS``) cannot move a dense model's row: a structural zero,
-    for which the finite difference spends no prediction and the secant update keeps no slope."""
-    from ..specs import catalog  # profiles are cached by file
-
-    moe_only = set(MOE_PARAMETERS) | set(MOE_ROUND_FACTORS)
-    out = np.zeros((len(keys), len(params)), dtype=bool)
-    for i, key in enumerate(keys):
-        moe = catalog.load("model", key.model).is_moe
-        for j, p in enumerate(params):
-            if p.name in moe_only and not moe:
-                continue
-            out[i, j] = ((p.owner == key.hardware or ties.get((key.hardware, p.name), ("",))[0] == p.owner)
-                         if p.kind == "hardware" else key.preset in reach[j])
-    return out
-
-
 def tie_root(runner: Runner, h: str, field: str = "kernels_as") -> str:
     """The profile at the end of ``h``'s ``field`` chain (``kernels_as`` or ``host_as``; ``h``
     itself where it names none).
@@ -678,9 +656,13 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         x = x0.copy()
         if params and fit:
             n_res = len(fit) + len(ops)
+            sparsity = np.zeros((n_res + len(params), len(params)), dtype=bool)
             reach = step_support(params, reference) if reference else {}
-            sparsity = np.vstack([jacobian_pattern([fr.key for fr in fit] + [o.key for o in ops], params, ties, reach),
-                                  np.eye(len(params), dtype=bool)])  # the prior rows: one parameter each
+            for i, key in enumerate([fr.key for fr in fit] + [o.key for o in ops]):
+                for j, p in enumerate(params):
+                    sparsity[i, j] = (p.owner == key.hardware or ties.get((key.hardware, p.name), ("",))[0] == p.owner) \
+                        if p.kind == "hardware" else (key.preset in reach[j])
+            sparsity[n_res:, :] = np.eye(len(params), dtype=bool)
             n_groups = len(column_groups(sparsity))  # the progress bar's estimate
             previous = None
             for outer in range(2 if pin_choices else 1):
