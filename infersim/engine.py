@@ -115,32 +115,55 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
     efficiency (``moe_memory_fraction``, at most the dense ``memory_fraction``). A dense
     block-scaled FP4 GEMM streams its weights at ``fp4_memory_fraction`` on a GPU with FP4 tensor
     cores (``memory_fraction`` elsewhere).
-
-    The compute ops are priced together (``_price_compute``) and summed here in graph order, the
-    same additions as op by op (bit for bit).
     """
     hw = plan.hardware
-    ops = graph.ops
-    compute = [op for op in ops if op.kind != OpKind.COMM]
-    rows = _price_compute(plan, compute) if compute else None
+    exp_rate = hw.compute.exp_rate
+    eff = hw.efficiency
+    c_eff = eff.compute_fraction * plan.kernel_efficiency
+    a_eff = eff.attention_fraction * plan.kernel_efficiency
     by_kind = {k: 0.0 for k in KINDS}
     tc_sum = tm_sum = n_kernels = 0.0
     by_op = {} if detail else None
     op_info = {} if detail else None
-    r = 0
-    for op in ops:
+    for op in graph.ops:
         if op.kind == OpKind.COMM:
             t = op.count * comm.collective_time(op.collective, op.bytes, op.group, hw, fanout=op.fanout)
             by_kind["comm"] = by_kind["comm"] + t
             n_kernels = n_kernels + op.count * (np.asarray(op.group) > 1)
         else:
-            t = rows.time[r]
+            overlap = 1.0
+            if op.kind == OpKind.GEMM:
+                # routed-expert GEMMs run the MoE backend's own kernels: their maturity is the MoE
+                # factor alone, not the dense kernels' on top of it
+                maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
+                base = eff.compute_fraction * maturity if op.grouped else c_eff
+                ce = roofline.gemm_efficiency(op.m, base, eff.gemm_m_half)
+                if eff.gemm_k_overhead_blocks > 0:
+                    ce = ce * roofline.k_depth_efficiency(op.k, PACKED_BYTES_PER_ELEMENT.get(op.precision, 2.0),
+                                                          eff.gemm_k_overhead_blocks)
+                overlap = eff.gemm_overlap
+            else:
+                ce = a_eff if op.kind == OpKind.ATTENTION else c_eff
+                own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
+                if own is not None:  # the op's own efficiency field, where the profile sets it
+                    ce = own * plan.kernel_efficiency
+            # fp4 weights on a GPU without FP4 tensor cores stream at the dense rate
+            me = getattr(eff, op.memory_efficiency if hw.has_efficiency(op.memory_efficiency) else "memory_fraction")
+            if op.kind == OpKind.GEMM and op.grouped and maturity != 1.0:
+                # a routed-expert kernel's maturity is its weight streaming as much as its MMA rate: at
+                # decode batch the grouped GEMM is memory-bound, so a newer backend that streams the
+                # experts closer to the dense kernels' rate shows there; never past the dense rate
+                me = min(me * maturity, max(eff.memory_fraction, me))
+            t1, tc, tm = roofline.op_time(op.flops, op.bytes, hw.compute.flop_rate(op.precision), hw.memory.bandwidth,
+                                          ce, me, overlap)
+            t1, tc, exp_bound = roofline.exp_roof(t1, tc, op.exps, exp_rate, eff.exp_fraction)
+            t = op.count * t1
             by_kind[op.kind.value] = by_kind[op.kind.value] + t
-            tc_sum = tc_sum + rows.compute_time[r]  # count·where(c, t1, 0) = where(c, count·t1, 0)
-            tm_sum = tm_sum + rows.memory_time[r]
-            n_kernels = n_kernels + rows.launched[r]
-            compute_bound, exp_bound = rows.compute_bound[r], rows.exp_bound[r]
-            r += 1
+            compute_bound = tc >= tm
+            tc_sum = tc_sum + np.where(compute_bound, t, 0.0)  # count·where(c, t1, 0) = where(c, count·t1, 0)
+            tm_sum = tm_sum + np.where(compute_bound, 0.0, t)
+            # an op with no work (e.g. prefill attention in a decode-only step) is not launched
+            n_kernels = n_kernels + op.count * ((np.asarray(op.flops) > 0) | (np.asarray(op.bytes) > 0))
         if detail:
             by_op[op.name] = by_op.get(op.name, 0.0) + t
             if op.kind == OpKind.COMM:
@@ -151,130 +174,6 @@ def _price(plan: Plan, graph, detail: bool) -> _Priced:
                     bound = "softmax"
             op_info[op.name] = (op.kind.value, bound)
     return _Priced(by_kind, tc_sum, tm_sum, n_kernels, by_op, op_info)
-
-
-@dataclass
-class _Rows:
-    """The compute ops' roofline terms, one row per op (in graph order), broadcast together."""
-
-    time: np.ndarray
-    """count × the op's time."""
-    compute_time: np.ndarray
-    """``time`` where the op is compute-bound, else 0."""
-    memory_time: np.ndarray
-    """``time`` where the op is memory-bound, else 0."""
-    compute_bound: np.ndarray
-    exp_bound: np.ndarray
-    launched: np.ndarray
-    """count where the op has work (an op with none, e.g. prefill attention in a decode-only
-    step, is not launched), else 0."""
-
-
-def _broadcast_shape(shapes) -> tuple[int, ...]:
-    """numpy's broadcasting rule over shape tuples, in plain Python (a graph's few short shapes;
-    ``np.broadcast_shapes`` builds an array per shape)."""
-    nd = max((len(s) for s in shapes), default=0)
-    out = [1] * nd
-    for s in shapes:
-        for i, d in enumerate(s, nd - len(s)):
-            if d != 1:
-                if out[i] != 1 and out[i] != d:
-                    raise ValueError(f"shapes {shapes} do not broadcast")
-                out[i] = d
-    return tuple(out)
-
-
-def _price_compute(plan: Plan, ops: list) -> _Rows:
-    """Every compute op of a graph priced at once: ``_price``'s roofline with each op's terms as a
-    row of arrays stacked along a leading op axis (each field at the broadcast shape of its own
-    values), the same elementwise operations as op by op, in one numpy call per term (an op-by-op
-    loop spent most of its time in the calls' fixed cost)."""
-    hw = plan.hardware
-    eff = hw.efficiency
-    n = len(ops)
-    gemm = [op.kind == OpKind.GEMM for op in ops]
-    c_eff = eff.compute_fraction * plan.kernel_efficiency
-    a_eff = eff.attention_fraction * plan.kernel_efficiency
-    rates: dict[str, float] = {}
-    applies: dict[str, bool] = {}
-    ce, me, rate, base, ebytes = [], [], [], [], []
-    for op, is_gemm in zip(ops, gemm):
-        maturity = 1.0
-        if is_gemm:
-            # routed-expert GEMMs run the MoE backend's own kernels: their maturity is the MoE
-            # factor alone, not the dense kernels' on top of it
-            maturity = plan.moe_kernel_efficiency if op.grouped else 1.0
-            base.append(eff.compute_fraction * maturity if op.grouped else c_eff)
-            ebytes.append(PACKED_BYTES_PER_ELEMENT.get(op.precision, 2.0))
-            ce.append(1.0)  # the small-M knee below
-        else:
-            e = a_eff if op.kind == OpKind.ATTENTION else c_eff
-            own = getattr(eff, op.compute_efficiency) if op.compute_efficiency else None
-            if own is not None:  # the op's own efficiency field, where the profile sets it
-                e = own * plan.kernel_efficiency
-            ce.append(e)
-        # fp4 weights on a GPU without FP4 tensor cores stream at the dense rate
-        name = op.memory_efficiency
-        if name not in applies:
-            applies[name] = hw.has_efficiency(name)
-        m_e = getattr(eff, name if applies[name] else "memory_fraction")
-        if is_gemm and op.grouped and maturity != 1.0:
-            # a routed-expert kernel's maturity is its weight streaming as much as its MMA rate: at
-            # decode batch the grouped GEMM is memory-bound, so a newer backend that streams the
-            # experts closer to the dense kernels' rate shows there; never past the dense rate
-            m_e = min(m_e * maturity, max(eff.memory_fraction, m_e))
-        me.append(m_e)
-        if op.precision not in rates:
-            rates[op.precision] = hw.compute.flop_rate(op.precision)
-        rate.append(rates[op.precision])
-    g_idx = [i for i in range(n) if gemm[i]]
-    e_idx = [i for i, op in enumerate(ops) if not (np.isscalar(op.exps) and op.exps == 0)]
-    exp_rate = hw.compute.exp_rate
-    e_idx = e_idx if exp_rate is not None else []
-    values = {"count": [op.count for op in ops], "flops": [op.flops for op in ops], "bytes": [op.bytes for op in ops],
-              "m": [ops[i].m for i in g_idx], "k": [ops[i].k for i in g_idx], "exps": [ops[i].exps for i in e_idx]}
-    shapes = {f: [np.shape(v) for v in vs] for f, vs in values.items()}
-    nd = max((len(s) for ss in shapes.values() for s in ss), default=0)
-
-    def stacked(f):  # the field's values as rows, at their own broadcast shape (nd dimensions)
-        own = _broadcast_shape(shapes[f])
-        out = np.empty((len(values[f]),) + (1,) * (nd - len(own)) + own)
-        for i, v in enumerate(values[f]):
-            out[i] = v
-        return out
-
-    col = lambda vs: np.reshape(np.asarray(vs, dtype=float), (len(vs),) + (1,) * nd)  # noqa: E731
-    count, flops, nbytes = stacked("count"), stacked("flops"), stacked("bytes")
-    ce_all = col(ce)
-    if g_idx:
-        # a GEMM's compute efficiency: the small-M knee (``roofline.gemm_efficiency``) times the
-        # k-depth share (``roofline.k_depth_efficiency``), the same operations on the stacked rows
-        m = np.maximum(stacked("m"), 1e-9)
-        g_ce = col(base) * m / (m + eff.gemm_m_half)
-        if eff.gemm_k_overhead_blocks > 0:
-            g_ce = g_ce * roofline.k_depth_efficiency(stacked("k"), col(ebytes), eff.gemm_k_overhead_blocks)
-        ce_all = np.array(np.broadcast_to(ce_all, (n,) + np.broadcast_shapes(ce_all.shape[1:], g_ce.shape[1:])))
-        ce_all[g_idx] = g_ce
-    tc = roofline.compute_time(flops, col(rate), ce_all)
-    tm = roofline.memory_time(nbytes, hw.memory.bandwidth, col(me))
-    t1 = np.maximum(tc, tm)
-    # GEMMs overlap their load and MMA phases only partly (``roofline.op_time``)
-    if g_idx and eff.gemm_overlap < 1.0:
-        t1[g_idx] = roofline.overlapped(tc[g_idx], tm[g_idx], eff.gemm_overlap)
-    exp_bound = np.zeros(t1.shape, dtype=bool)
-    if e_idx:  # the softmax exponentials' roof (``roofline.exp_roof``) on the ops that have them
-        te = roofline.compute_time(stacked("exps"), exp_rate, eff.exp_fraction)
-        t1 = np.array(np.broadcast_to(t1, (n,) + np.broadcast_shapes(t1.shape[1:], te.shape[1:])))
-        tc = np.array(np.broadcast_to(tc, t1.shape))
-        exp_bound = np.zeros(t1.shape, dtype=bool)
-        t1[e_idx] = np.maximum(t1[e_idx], te)
-        exp_bound[e_idx] = te > tc[e_idx]
-        tc[e_idx] = np.maximum(tc[e_idx], te)
-    time = count * t1
-    compute_bound = tc >= tm
-    launched = count * ((flops > 0) | (nbytes > 0))
-    return _Rows(time, np.where(compute_bound, time, 0.0), np.where(compute_bound, 0.0, time), compute_bound,
-                 exp_bound, launched)
 
 
 def _steps_per_prompt(plan: Plan, layout: Layout, shape: Shape):
