@@ -72,7 +72,7 @@ from .engine import StepCost, step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan, admission_period
-from .serving import (DRIFT_STEP, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
+from .serving import (DRIFT_STEP, ROOT_RTOL, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
                       gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
                       mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate, tpot_spread)
@@ -1482,7 +1482,12 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
         lo, up = np.where(below, t, lo), np.where(below, up, t)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a flat CDF: bisection takes over
             newton = t - (c - q) / d
-        t = np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up))
+        # a point at its root (its Newton correction below ``ROOT_RTOL``) stays: it is an end of its
+        # bracket, where the bracket test would bisect it away
+        at_root = np.abs(t - newton) <= ROOT_RTOL * np.abs(t)
+        t = np.where(at_root, t, np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up)))
+        if np.all(at_root | ~np.isfinite(t)):  # every point at its root
+            break
     return [t[i] for i in range(len(qs))]
 
 

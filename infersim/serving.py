@@ -401,6 +401,14 @@ def _wilson_hilferty(mean, var):
     return 1.0 / (np.cbrt(mean) * root), -one_less_c / root
 
 
+ROOT_RTOL = 1e-12
+"""The quantile solvers' stop: a point whose Newton correction (or half bisection bracket) is within
+this fraction of it is at its root and stays there. Without it, a point at its root sits on an end
+of its bracket, so the bracket test sends it halfway across the bracket and the remaining
+iterations have to find the root again (a fixed 20 iterations left some quantiles 1e-4 off, 10
+up to 45 %)."""
+
+
 def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
     """q-quantile of w1·Gamma(m1, v1) + w2·Gamma(m2, v2) (means, variances; broadcasts).
 
@@ -452,28 +460,26 @@ def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, z_q, iters):
             slope = inv_sqrt_2pi * (w1 * a1 * dens[0] + w2 * a2 * dens[1])
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 newton = u - f / slope
+            # at the root already (the Newton correction below ``ROOT_RTOL`` of it): stay. A point at
+            # its root is also an end of its bracket, where the test below would bisect it away
+            at_root = np.abs(u - newton) <= ROOT_RTOL * np.abs(u)
             # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step
-            bisect = ~((newton > lo_new) & (newton < hi_new)) | (np.abs(2.0 * f) > np.abs(step_old * slope))
+            bisect = (~((newton > lo_new) & (newton < hi_new)) | (np.abs(2.0 * f) > np.abs(step_old * slope))) & ~at_root
             step_new = np.where(bisect, 0.5 * (hi_new - lo_new), np.abs(u - newton))
-            u_new = np.where(bisect, 0.5 * (lo_new + hi_new), newton)
-            # a point whose whole state (u, bracket, last two steps) came back unchanged is a fixed
-            # point of the iteration: it stays there, so it leaves the arrays (same result, less work)
-            same = _same(u_new, u) & _same(lo_new, lo) & _same(hi_new, hi) & _same(step_new, step) & _same(step, step_old)
+            u_new = np.where(bisect, 0.5 * (lo_new + hi_new), np.where(at_root, u, newton))
             u, lo, hi, step_old, step = u_new, lo_new, hi_new, step, step_new
-            if np.count_nonzero(same) > 0.1 * same.size:
-                flat[where[same]] = u[same]
-                keep = ~same
+            # a point is done once its step is within ``ROOT_RTOL`` of it (a Newton step: the root to
+            # rounding; a bisection: half its bracket) or it is not a number; it leaves the arrays
+            done = (step <= ROOT_RTOL * np.abs(u)) | ~np.isfinite(u)
+            if np.any(done):
+                flat[where[done]] = u[done]
+                keep = ~done
                 where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2, q = (
                     x[keep] for x in (where, u, lo, hi, step_old, step, w1, w2, a1, b1, a2, b2, q))
                 if not where.size:
                     break
         flat[where] = u
     return out ** 3
-
-
-def _same(a, b):
-    """Elementwise: equal, or both NaN."""
-    return (a == b) | (np.isnan(a) & np.isnan(b))
 
 
 def server(plan: Plan, layout: Layout, batch, stats: WorkloadStats, percentile: float = 99.0,
