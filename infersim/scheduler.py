@@ -72,10 +72,11 @@ from .engine import StepCost, step_cost
 from .errors import Reason, require
 from .graph import Layout, Shape
 from .plan import Plan, admission_period
-from .serving import (DRIFT_STEP, ROOT_RTOL, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
+from .serving import (DRIFT_STEP, ServingResult, WorkloadStats, _norm_cdf, _prefill, _two_gamma_quantiles, decode_drift,
                       gamma_cdf,
                       gamma_cdf_at, gamma_cdf_terms,
-                      mix_rate_states, mixture_z, palm_excess, prefix_hit, request_rate, tpot_spread)
+                      mix_rate_states, mixture_z, newton_or_bisect, palm_excess, prefix_hit, request_rate,
+                      tpot_spread)
 from .serving import offline as serving_offline
 from statistics import NormalDist
 
@@ -324,10 +325,10 @@ def _cramer_lundberg(x, p, mu, m2, m, c):
         lo, hi = np.where(g < 0, th, lo), np.where(g < 0, hi, th)
         with np.errstate(divide="ignore", invalid="ignore"):
             step = th - g / gp
-        mid = np.where(lo > 0, np.sqrt(lo * hi), 0.5 * hi)
-        # a point at its root (its Newton correction below ``ROOT_RTOL``) stays: it is an end of its
-        # bracket, where the bracket test would bisect it away (12 fixed steps had left some 8 % off)
-        th = np.where(np.abs(th - step) <= ROOT_RTOL * np.abs(th), th, np.where((step > lo) & (step < hi), step, mid))
+        # a point at its root stays (``newton_or_bisect``; 12 fixed steps had sent some there and back, 8 % off)
+        th, stay = newton_or_bisect(th, step, lo, hi, np.where(lo > 0, np.sqrt(lo * hi), 0.5 * hi))
+        if np.all(stay):  # every rate at its root: the remaining steps would keep it
+            break
     return np.maximum(th, 1e-30)
 
 
@@ -435,8 +436,8 @@ def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random", r
     ISL tokens (``_capped_table``): (E[Y], Var[Y], P(a rank carries a backlog), mean backlog in
     ISL tokens, stable). ``count``: expected new prompts per rank per context iteration;
     ``router``: ``Engine.rank_router`` (its arrivals' dispersion sets the backlog, ``rank_backlog``);
-    ``restoring``: the balanced router's pull per period (``rank_backlog``), which adds the backlog's
-    squared coefficient of variation as a sixth value."""
+    ``restoring``: the balanced router's pull per period (``rank_backlog``). A sixth value: the
+    backlog's squared coefficient of variation (1, the exponential's, but where that pull bounds it)."""
     count, cap, d = np.broadcast_arrays(np.asarray(count, dtype=float), np.asarray(cap, dtype=float), np.asarray(d))
     ey, vy, pov, back = (np.zeros(count.shape) for _ in range(4))
     stable = count * stats.isl_mean < cap
@@ -452,9 +453,8 @@ def capped_tokens(stats: WorkloadStats, count, cap, d, router: str = "random", r
         back[sel] = np.exp(lb)  # over Kingman's backlog (linear in the count below the axis, as it)
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.where(stable, back * count * stats.isl_sq / (2.0 * (cap - count * stats.isl_mean)), np.inf)
-    if restoring is None:
-        return ey, vy, pov, rank_backlog(router, stats, back, d)[0], stable
-    back, cv2 = rank_backlog(router, stats, back, d, restoring, np.maximum(cap - count * stats.isl_mean, 0.0))
+    drift = None if restoring is None else np.maximum(cap - count * stats.isl_mean, 0.0)
+    back, cv2 = rank_backlog(router, stats, back, d, restoring, drift)
     return ey, vy, pov, back, stable, cv2
 
 
@@ -542,7 +542,7 @@ def balanced_waiting(engine, stats: WorkloadStats, d, cap, count):
     d = np.asarray(d, dtype=float)
     if engine.rank_router != "balanced" or cap is None or not np.any(d > 1):
         return 0.0
-    _, _, _, back, stable = capped_tokens(stats, count, cap, d, engine.rank_router)
+    _, _, _, back, stable, _ = capped_tokens(stats, count, cap, d, engine.rank_router)
     with np.errstate(invalid="ignore"):
         return np.where((d > 1) & stable & np.isfinite(back), back / stats.isl_mean, 0.0)
 
@@ -1113,7 +1113,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         if budget:  # at most ``cap`` per rank, the rest carried: the busiest rank's share shrinks
             # by the capped / uncapped ratio at the ranks' mean arrivals per context iteration
             m_true = batch * L / stats.osl_mean * eg / d
-            c_mean, c_var, carried, backlog, stable = capped_tokens(stats, m_true, cap, d, engine.rank_router)
+            c_mean, c_var, carried, backlog, stable, _ = capped_tokens(stats, m_true, cap, d, engine.rank_router)
             # (the capped tables are the compound sums', so the ratio is taken against the same)
             u_mean = busiest_tokens(stats, m_true, d)[0]
             big_mean = big_mean * np.clip(c_mean / np.maximum(u_mean, 1e-30), 0.0, 1.0)
@@ -1212,7 +1212,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # arrivals the backlog's load is 0.33 instead of 0.61 and the closed form's p99 3.03 s)
             rate_it = request_rate(batch, t_d, s_mean, L, stats)
             m_full = rate_it * full / d
-            _, _, p_u, back_u, stable_u = capped_tokens(stats, m_full, cap, d, engine.rank_router)
+            _, _, p_u, back_u, stable_u, _ = capped_tokens(stats, m_full, cap, d, engine.rank_router)
             if engine.instance_dispatch == "fewest_tokens" and np.any(np.asarray(instances) > 1):
                 # the instances' prompt queues pooled (one rank each; with attention DP the ranks'
                 # own router decides inside an instance, not modelled as pooled)
@@ -1484,11 +1484,8 @@ def _uniform_gamma_quantiles(parts, qs, start, iters: int = 12) -> list:
         lo, up = np.where(below, t, lo), np.where(below, up, t)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # a flat CDF: bisection takes over
             newton = t - (c - q) / d
-        # a point at its root (its Newton correction below ``ROOT_RTOL``) stays: it is an end of its
-        # bracket, where the bracket test would bisect it away
-        at_root = np.abs(t - newton) <= ROOT_RTOL * np.abs(t)
-        t = np.where(at_root, t, np.where((newton > lo) & (newton < up), newton, 0.5 * (lo + up)))
-        if np.all(at_root | ~np.isfinite(t)):  # every point at its root
+        t, stay = newton_or_bisect(t, newton, lo, up, 0.5 * (lo + up))  # a point at its root stays
+        if np.all(stay | ~np.isfinite(t)):  # every point at its root
             break
     return [t[i] for i in range(len(qs))]
 

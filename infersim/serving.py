@@ -409,6 +409,20 @@ iterations have to find the root again (a fixed 20 iterations left some quantile
 up to 45 %)."""
 
 
+def at_root(x, newton):
+    """Where a safeguarded Newton iteration's point ``x`` is at its root: its Newton correction is
+    within ``ROOT_RTOL`` of it. Such a point must stay (it is also an end of its bracket, where a
+    bracket test would send it away)."""
+    return np.abs(x - newton) <= ROOT_RTOL * np.abs(x)
+
+
+def newton_or_bisect(x, newton, lo, hi, mid):
+    """The next point of a safeguarded Newton iteration: ``x`` where it is at its root (``at_root``),
+    else the Newton point inside the bracket (lo, hi), else ``mid``; and the at-root mask."""
+    stay = at_root(x, newton)
+    return np.where(stay, x, np.where((newton > lo) & (newton < hi), newton, mid)), stay
+
+
 def _two_gamma_quantile(w1, m1, v1, w2, m2, v2, q, iters: int = 20):
     """q-quantile of w1·Gamma(m1, v1) + w2·Gamma(m2, v2) (means, variances; broadcasts).
 
@@ -460,13 +474,12 @@ def _solve_two_gamma(w1, w2, a1, b1, a2, b2, q, z_q, iters):
             slope = inv_sqrt_2pi * (w1 * a1 * dens[0] + w2 * a2 * dens[1])
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 newton = u - f / slope
-            # at the root already (the Newton correction below ``ROOT_RTOL`` of it): stay. A point at
-            # its root is also an end of its bracket, where the test below would bisect it away
-            at_root = np.abs(u - newton) <= ROOT_RTOL * np.abs(u)
-            # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step
-            bisect = (~((newton > lo_new) & (newton < hi_new)) | (np.abs(2.0 * f) > np.abs(step_old * slope))) & ~at_root
+            # rtsafe rule: bisect when Newton leaves the bracket or is not at least halving its step,
+            # never a point already at its root (``at_root``)
+            stay = at_root(u, newton)
+            bisect = (~((newton > lo_new) & (newton < hi_new)) | (np.abs(2.0 * f) > np.abs(step_old * slope))) & ~stay
             step_new = np.where(bisect, 0.5 * (hi_new - lo_new), np.abs(u - newton))
-            u_new = np.where(bisect, 0.5 * (lo_new + hi_new), np.where(at_root, u, newton))
+            u_new = np.where(bisect, 0.5 * (lo_new + hi_new), np.where(stay, u, newton))
             u, lo, hi, step_old, step = u_new, lo_new, hi_new, step, step_new
             # a point is done once its step is within ``ROOT_RTOL`` of it (a Newton step: the root to
             # rounding; a bisection: half its bracket) or it is not a number; it leaves the arrays

@@ -592,7 +592,7 @@ def test_rank_backlog_matches_a_lindley_recursion():
         for i, ai in enumerate(a.tolist()):
             ws[i] = w
             w = max(w + ai - c, 0.0)
-        _, _, p_over, backlog, stable = scheduler.capped_tokens(st, np.array([m]), np.array([c]), 1)
+        _, _, p_over, backlog, stable, _ = scheduler.capped_tokens(st, np.array([m]), np.array([c]), 1)
         assert stable[0]
         assert backlog[0] == pytest.approx(ws.mean(), rel=0.15)
         assert p_over[0] == pytest.approx((ws > 0).mean(), abs=0.05)
