@@ -128,6 +128,27 @@ def test_a_search_without_disaggregation_reads_the_full_search_where_that_stayed
     assert run._lookup(run._ckey((key, (), (), Lock(("disagg",), (), 0, None)))) is None
 
 
+def test_a_disaggregated_choice_is_pinned_with_its_split():
+    from infersim.accuracy.data import PredictionKey
+    from infersim.accuracy.runner import Runner
+
+    key = PredictionKey("v6.0", "gb300-nvl72", "llama3.1-405b", "mlperf-llama3.1-405b-server", 72)
+    full = Runner().predict(key)
+    lock = full.lock
+    assert "disagg" in lock.enable and lock.layout is not None and lock.disagg is not None
+    size, p, d = lock.disagg
+    tp, pp = lock.layout[:2]
+    assert p >= 1 and d >= 1 and p * size + d * tp * pp <= key.accelerators
+    pinned = Runner().predict(key, (), (), lock)
+    assert pinned.value == pytest.approx(full.value, rel=1e-9) and pinned.lock == lock  # the same choice, priced
+    # the pinned split is used: one decode worker fewer serves less
+    fewer = Runner().predict(key, (), (), lock._replace(disagg=(size, p, d - 1)))
+    assert fewer.value is not None and fewer.value < full.value * (1 - 1e-6)
+    # an operating point needs an aggregated layout: a disaggregated lock is refused, not misread
+    out = Runner().predict(key, (), (), lock, 100.0)
+    assert out.value is None and "aggregated layout" in out.reason
+
+
 def test_remembered_outcomes_are_read_and_unknown_ones_are_priced():
     from infersim.accuracy.data import PredictionKey
     from infersim.accuracy.runner import Outcome, Runner

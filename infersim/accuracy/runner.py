@@ -33,7 +33,12 @@ class Lock(NamedTuple):
     mtp_depth: int
     """MTP depth when MTP is enabled (0 otherwise)."""
     layout: tuple[int, int, int, int] | None
-    """(tp, pp, ep, dp) of one aggregated instance; None where the layout stays searched."""
+    """(tp, pp, ep, dp) of one aggregated instance, or of a disaggregated deployment's decode
+    worker; None where the layout stays searched."""
+    disagg: tuple[int, int, int] | None = None
+    """A disaggregated deployment's (accelerators per prefill worker, prefill workers, decode
+    workers); None for an aggregated one (the prefill worker's layout within its size stays
+    chosen by ``disagg_eval``, as the full search chooses it)."""
 
 
 class Outcome(NamedTuple):
@@ -188,7 +193,7 @@ class Runner:
         from ..scheduler import server
         from ..serving import WorkloadStats
 
-        if lock is None or lock.layout is None:
+        if lock is None or lock.layout is None or lock.disagg is not None:
             return Outcome(None, "bad input: an operating point needs a pinned aggregated layout", None)
         tp, pp, ep, dp = lock.layout
         try:
@@ -224,10 +229,16 @@ class Runner:
 
     @staticmethod
     def _lock_kwargs(lock: Lock) -> dict[str, Any]:
-        """``predict`` / ``Query.build`` keywords that pin ``lock``'s choices, MTP depth and layout."""
+        """``predict`` / ``Query.build`` keywords that pin ``lock``'s choices, MTP depth, layout and
+        disaggregated split."""
         kwargs: dict[str, Any] = {"enable": list(lock.enable), "disable": list(lock.disable)}
+        params: dict[str, dict[str, int]] = {}
         if lock.mtp_depth and "mtp" in lock.enable:
-            kwargs["params"] = {"mtp": {"depth": lock.mtp_depth}}
+            params["mtp"] = {"depth": lock.mtp_depth}
+        if lock.disagg is not None:
+            params["disagg"] = dict(zip(("prefill_tp", "prefill_workers", "decode_workers"), lock.disagg))
+        if params:
+            kwargs["params"] = params
         if lock.layout is not None:
             kwargs.update(zip(("tp", "pp", "ep", "dp"), lock.layout))
         return kwargs
@@ -239,8 +250,12 @@ class Runner:
         enable = tuple(k for k in choices if k in applied)
         disable = tuple(k for k in choices if k not in applied)
         depth = int(config.get("mtp_depth", 0) or 0) if "mtp" in enable else 0
-        layout = None if config.get("disaggregated") else tuple(int(config[k]) for k in ("tp", "pp", "ep", "dp"))
-        return Lock(enable, disable, depth, layout)
+        layout = tuple(int(config[k]) for k in ("tp", "pp", "ep", "dp"))
+        disagg = None
+        if config.get("disaggregated"):  # the decode workers' layout and the split, as chosen
+            pre = config["prefill_layout"]
+            disagg = (int(pre["tp"]) * int(pre["pp"]), int(config["prefill_workers"]), int(config["decode_workers"]))
+        return Lock(enable, disable, depth, layout, disagg)
 
     # ---- many predictions ---------------------------------------------------------------------
     def predict_many(self, tasks: Sequence[tuple], progress: Callable[[int, int], None] | None = None) -> list[Outcome]:
