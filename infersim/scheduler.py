@@ -1615,7 +1615,10 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     amplitude = np.sqrt(np.maximum(c_var_it, 0.0) * (1 + rho) / (1 - rho)) / L
     fast = amplitude * mixture_z(np.sqrt(n_it), stats.osl_probs, q)
     # the decode count's drift over a request's window (serving.decode_drift), per iteration
-    a_s, z_s, sd99 = decode_drift(slope / (1.0 - rho), batch, t_d, L, stats, q)
+    # a prompt's stall gathers more arrivals only where the budget takes it at once: a prompt that
+    # waits for the budget lengthens no iteration (decode_drift's clusters, mean ρ·(1 − P(wait)))
+    excite = rho if budget_wait is None else rho * (1.0 - budget_wait[2])
+    a_s, z_s, sd99 = decode_drift(slope / (1.0 - rho), batch, t_d, L, stats, q, excite)
     tpot_p = tpot_mean + np.sqrt(fast * fast + (a_s * z_s) ** 2)
     tpot_p50 = tpot_mean  # the normal mixture is symmetric about the mean
     n99 = stats.osl_p99 / L
