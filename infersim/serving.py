@@ -284,7 +284,8 @@ DRIFT_FEEDBACK_POWER = 1.0
 (``decode_drift``): the linear-noise variance of a count whose relaxation rate its feedback slows
 by 1 − ε. Checked against des.simulate_engine (``python benchmarks/tpot_spread.py``, 2026-11-26,
 24,000 requests, seed 3): p99 TPOT −2.7 … −0.3 % at 200-400-token outputs and −0.8 … +2.1 % at
-50-1,600, loads 30-90 %, batch caps 256 and 512."""
+50-1,600, loads 30-90 %, batch caps 256 and 512; with the prefill stalls' clusters (``decode_drift``'s
+``rho``, 2026-11-29) −1.6 … +1.7 % and −0.7 … +3.2 %."""
 
 DRIFT_STEP = 0.02
 """Relative occupancy step of the finite difference that gives the decode step's slope dt_d/dB."""
@@ -350,9 +351,9 @@ def decode_drift(slope, batch, t_d, L, stats: "WorkloadStats", q: float, rho=0.0
     with a flat decode step (tests/test_scheduler.py): the count's variance per unit mean 1.54 at
     ρ = 0.2 (1.56), 2.67 at 0.35 (2.37), 5.0 at 0.5 (4.0).
 
-    Returns (A, z, sd99): the class amplitude A = slope·√(B·F)/L and the mixture z of the
+    Returns (A, z, sd99): the class amplitude A = slope·√(B·F)/((1 − ρ)·L) and the mixture z of the
     classes' √v_j at ``q`` (so the drift's q-quantile is A·z), and the ``osl_p99`` request's sd per
-    iteration, slope·√(B·F·v₉₉)."""
+    iteration, slope·√(B·F·v₉₉)/(1 − ρ)."""
     key = (None, None) if stats.osl_points is None else (tuple(stats.osl_points), tuple(stats.osl_probs))
     v, v99 = _window_var(*key, float(stats.osl_mean), float(stats.osl_p99), float(L))
     batch = np.asarray(batch, dtype=float)
