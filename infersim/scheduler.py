@@ -1565,6 +1565,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
         b_var = np.maximum(b_var + e_n * s_var + np.where(d > 1, 0.0, v_n * s_mean * s_mean), 0.0)
     i_mean = t_d + s_mean
     if budget_wait is None:
+        p_wait = 0.0  # no budget: every prompt is prefilled in its first context iteration
         ttft_mean = busy * b_mean + idle * i_mean
         comps = [(busy, b_mean, b_var), (idle, i_mean, s_var)]
     else:
@@ -1617,8 +1618,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     # the decode count's drift over a request's window (serving.decode_drift), per iteration
     # a prompt's stall gathers more arrivals only where the budget takes it at once: a prompt that
     # waits for the budget lengthens no iteration (decode_drift's clusters, mean ρ·(1 − P(wait)))
-    excite = rho if budget_wait is None else rho * (1.0 - budget_wait[2])
-    a_s, z_s, sd99 = decode_drift(slope / (1.0 - rho), batch, t_d, L, stats, q, excite)
+    a_s, z_s, sd99 = decode_drift(slope / (1.0 - rho), batch, t_d, L, stats, q, rho * (1.0 - p_wait))
     tpot_p = tpot_mean + np.sqrt(fast * fast + (a_s * z_s) ** 2)
     tpot_p50 = tpot_mean  # the normal mixture is symmetric about the mean
     n99 = stats.osl_p99 / L

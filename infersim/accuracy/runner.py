@@ -253,8 +253,10 @@ class Runner:
         layout = tuple(int(config[k]) for k in ("tp", "pp", "ep", "dp"))
         disagg = None
         if config.get("disaggregated"):  # the decode workers' layout and the split, as chosen
-            pre = config["prefill_layout"]
-            disagg = (int(pre["tp"]) * int(pre["pp"]), int(config["prefill_workers"]), int(config["decode_workers"]))
+            from ..disagg_load import deployment
+
+            _, d, pre, p = deployment(config)
+            disagg = (pre.tp * pre.pp, p, d)
         return Lock(enable, disable, depth, layout, disagg)
 
     # ---- many predictions ---------------------------------------------------------------------
