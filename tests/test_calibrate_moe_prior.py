@@ -35,3 +35,24 @@ def test_full_fit_gives_l40s_the_fleet_median(tmp_path):
     median = (vals[2] + vals[3]) / 2
     l40s = catalog.load_hardware("l40s").efficiency.moe_memory_fraction
     assert abs(l40s / median - 1) < 0.03, (l40s, vals)
+
+
+def test_the_moe_and_fp4_stream_defaults_are_their_measurements_in_every_profile():
+    """The documented default of the routed experts' and the FP4 weight stream (where a fit starts
+    ``--from-defaults`` and what the prior pulls towards) is the measurement each field cites, the
+    same in the spec class and in every bundled profile's ``default`` comment, and inside its range."""
+    from infersim.accuracy.fit import _class_defaults
+    from infersim.accuracy.params import HARDWARE_RANGES
+    from infersim.accuracy.yamledit import documented_defaults
+    from infersim.specs import catalog
+    from infersim.specs.hardware import EfficiencySpec
+
+    names = ("moe_memory_fraction", "fp4_memory_fraction")
+    cls = _class_defaults(EfficiencySpec)
+    assert cls["moe_memory_fraction"] == 0.29  # 34 / 94 of the dense 0.8 (jundot/omlx issue 2238)
+    assert cls["fp4_memory_fraction"] == 0.375  # NVFP4 at M = 16 on B200, 3 of 8 TB/s (NVIDIA/cutlass issue 2266)
+    for n in names:
+        assert HARDWARE_RANGES[n].lower < cls[n] < HARDWARE_RANGES[n].upper
+    for hw_id in catalog.list_ids("hardware"):
+        path = catalog.resolve("hardware", hw_id)
+        assert documented_defaults(path, "efficiency", names, cls) == {n: cls[n] for n in names}, hw_id

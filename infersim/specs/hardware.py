@@ -244,15 +244,15 @@ class EfficiencySpec(Spec):
     """Achievable fraction of dense peak for large GEMMs (max achievable matmul FLOPS / peak)."""
     memory_fraction: float = Field(default=0.8, gt=0, le=1)
     """Achievable fraction of peak HBM bandwidth for streaming reads."""
-    moe_memory_fraction: float = Field(default=0.8, gt=0, le=1)
+    moe_memory_fraction: float = Field(default=0.29, gt=0, le=1)
     """Achievable fraction of peak HBM bandwidth for the weight stream of routed-expert grouped
     GEMMs. A decode step's grouped GEMM reads every touched expert for a few rows each: many small
     per-expert problems, unequal tiles per expert, the routing's gather in the same kernel. MoE
     decode measured at 34 % of the achievable memory roofline where a dense model on the same
     engine reaches 94 % (jundot/omlx issue 2238, M3 Ultra); a fused MoE kernel at 1-8 tokens on
-    MI355X takes 0.13-0.42 ms for a few MB of experts (sgl-project/sglang PR 22208). Default: the
-    streaming ``memory_fraction`` default, no penalty."""
-    fp4_memory_fraction: float = Field(default=0.8, gt=0, le=1)
+    MI355X takes 0.13-0.42 ms for a few MB of experts (sgl-project/sglang PR 22208). Default: that
+    measured share, 34 / 94 of the dense streaming default (0.8), 0.29 of peak."""
+    fp4_memory_fraction: float = Field(default=0.375, gt=0, le=1)
     """Achievable fraction of peak HBM bandwidth for the weight stream of dense block-scaled FP4
     GEMMs (NVFP4 weights and activations, one fp8 scale per 16 elements) on a GPU with FP4 tensor
     cores. A decode GEMM of a few rows is a weight stream, and the block-scaled kernels stream
@@ -261,8 +261,7 @@ class EfficiencySpec(Spec):
     (flashinfer-ai/flashinfer issue 1732, 2025-09-19); an NVFP4 grouped GEMM at M = 16 on B200
     at 3 TB/s, 4 TB/s transposed (0.375-0.5), where MXFP8 comes close to 6 TB/s (NVIDIA/cutlass
     issue 2266, 2025-04). Routed experts keep ``moe_memory_fraction``; a GPU without FP4 tensor
-    cores streams at ``memory_fraction``. Default: the streaming ``memory_fraction`` default, no
-    penalty."""
+    cores streams at ``memory_fraction``. Default: the M = 16 measurement, 3 of 8 TB/s (0.375)."""
     kv_memory_fraction: float = Field(default=0.5, gt=0, le=1)
     """Achievable fraction of peak HBM bandwidth when decode attention reads a paged KV cache
     (scattered blocks; measured 42 % paged / 57 % contiguous K/V on H100, mikamirai.com 2026-03)."""
