@@ -7,7 +7,9 @@ starts from values fitted on its own test rows), and predicts the held-out front
 - a hardware the fold did not fit gets the fleet prior (``transfer_prior``), as new hardware would,
   or, where a fitted profile carries its GPU die (``kernels_as``), that profile's kernel efficiencies;
 - a round the fold did not fit gets the geometric mean of its nearest fitted older and newer
-  rounds' factors (one neighbour only: that neighbour's factors), which keeps the round order.
+  rounds' factors (one neighbour only: that neighbour's factors), which keeps the round order,
+  times the round's documented factor over theirs where its preset documents a measured one
+  (v6.0's CuTe DSL MoE kernels).
 
 The uncalibrated error beside each figure uses the documented defaults throughout.
 """
@@ -25,7 +27,7 @@ import numpy as np
 from ..errors import SpecError
 from .data import Row, as_rows, version_key
 from .fit import (CV_MAX_NFEV, DEFAULT_PARAMETERS, FitRow, _vals, calibrate, die_root, fit_rows, hardware_defaults,
-                  round_defaults, round_sig, tie_root)
+                  documented_round, round_defaults, round_sig, tie_root)
 from .params import HARDWARE_RANGES, HOST_PARAMETERS, KERNEL_PARAMETERS, ROUND_FACTORS
 from .progress import Progress
 from .result import CalibrationResult
@@ -103,10 +105,12 @@ def transfer_prior(result: CalibrationResult, hw_id: str, runner: Runner | None 
     return out
 
 
-def held_out_round(result: CalibrationResult, round_name: str) -> dict[str, float]:
+def held_out_round(result: CalibrationResult, round_name: str, presets_dir=None) -> dict[str, float]:
     """Round factors for a round the fit did not fit (see the module notes): per factor, from the
     nearest older and newer rounds whose value of it was fitted (a factor a round holds by rule for
-    want of rows, ``CalibrationResult.held_factors``, is no measurement of that round)."""
+    want of rows, ``CalibrationResult.held_factors``, is no measurement of that round), times the
+    round's documented factor over theirs where its own preset documents one (``documented_round``:
+    v6.0's measured CuTe DSL MoE gain; 1 where they document the same)."""
     usable = {r: v for r, v in result.round_values.items() if r in result.presets or r == result.reference_round}
     if round_name in usable:
         return dict(usable[round_name])
@@ -120,6 +124,10 @@ def held_out_round(result: CalibrationResult, round_name: str) -> dict[str, floa
         picks = ([max(older, key=version_key)] if older else []) + ([min(newer, key=version_key)] if newer else [])
         if picks:
             out[n] = float(math.exp(np.mean([math.log(usable[r][n]) for r in picks])))
+            own = documented_round((n,), round_name, presets_dir)
+            theirs = [documented_round((n,), r, presets_dir) for r in picks]
+            if own is not None and all(t is not None for t in theirs):
+                out[n] *= own[n] / float(math.exp(np.mean([math.log(t[n]) for t in theirs])))
     return out
 
 
@@ -132,8 +140,8 @@ def _held_out(run: Runner, result: CalibrationResult, test: Sequence[FitRow], na
         if h not in hw_vals:
             base_hw[h] = hardware_defaults(run, h, names)
             hw_vals[h] = dict(result.hardware.get(h) or transfer_prior(result, h, run))
-        after = run.predict(fr.key, _vals(hw_vals[h]), _vals(held_out_round(result, r)))
-        before = run.predict(fr.key, _vals(base_hw[h]), _vals(round_defaults(tuple(ROUND_FACTORS))))
+        after = run.predict(fr.key, _vals(hw_vals[h]), _vals(held_out_round(result, r, run.presets_dir)))
+        before = run.predict(fr.key, _vals(base_hw[h]), _vals(round_defaults(tuple(ROUND_FACTORS), r, run.presets_dir)))
         out.append({"row": fr.row, "predicted": after.value, "default": before.value, "reason": after.reason})
     return out
 

@@ -247,11 +247,15 @@ def _unexercised(hw_ids, share: Mapping[str, str], fit, ops, names) -> set[tuple
     return {(h, n) for h in hw_ids if h not in share and h not in exercised for n in names}
 
 
-def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Iterable[str], reference: str | None) -> set[str]:
+def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Iterable[str], reference: str | None,
+                         documented: Mapping[str, Mapping[str, float]] | None = None) -> set[str]:
     """Give each of ``rounds`` (fitted rounds that no MoE row or operating point exercises) the
     round's own dense ``kernel_efficiency`` as its ``moe_kernel_efficiency`` (in place, in ``rnd``,
     which holds every round's values): with no evidence on a round's routed-expert kernels, the
-    best guess is that they matured as the round's other kernels did. The value is kept inside the
+    best guess is that they matured as the round's other kernels did; where the rounds'
+    ``documented`` factors (``round_defaults``) differ, a measurement of the round's own MoE
+    kernels (v6.0's CuTe DSL backend), the neighbour's value times that documented step instead.
+    The value is kept inside the
     round order (a newer round's MoE kernels never slower, at most the factor's largest step faster
     than its neighbour's; walking outward from ``reference``, and in order with the next round
     beyond it where that one is not held too) and the factor's range. Returns the rounds held."""
@@ -271,7 +275,12 @@ def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Iterable[str]
                 beyond = side[i + 1] if i + 1 < len(side) else None
                 if beyond is not None and beyond not in held:
                     lo, hi = (lo, min(hi, rnd[beyond][name])) if newer else (max(lo, rnd[beyond][name]), hi)
-                v = np.clip(rnd[r]["kernel_efficiency"], lo, max(lo, hi))
+                target = rnd[r]["kernel_efficiency"]
+                doc_r, doc_p = ((documented.get(r) or {}).get(name), (documented.get(prev) or {}).get(name)) \
+                    if documented else (None, None)
+                if doc_r and doc_p and doc_r != doc_p:
+                    target = n * doc_r / doc_p
+                v = np.clip(target, lo, max(lo, hi))
                 rnd[r][name] = float(np.clip(v, spec.range.lower, spec.range.upper))
             prev = r
     return held
@@ -339,12 +348,31 @@ def sharing(runner: Runner, hw_ids: Sequence[str], field: str = "kernels_as") ->
     return share, notes
 
 
-def round_defaults(names: Sequence[str]) -> dict[str, float]:
-    """Documented default of each round factor: the preset field default (1.0, no maturity change)."""
+def documented_round(names: Sequence[str], round_name: str, presets_dir=None) -> dict[str, float] | None:
+    """The documented default of each round factor in ``round_name``'s own preset file (its
+    ``# calibrated; default X`` comments: a measured maturity of that round's kernels over the
+    reference round's, as v6.0's CuTe DSL MoE), or None where the round has no preset file."""
+    from ..optimizations.presets import PresetSpec, preset_file
+    from .yamledit import documented_defaults
+
+    path = preset_file(round_name, presets_dir)
+    if path is None:
+        return None
+    try:
+        return documented_defaults(path, None, names, _class_defaults(PresetSpec))
+    except (SpecError, OSError):
+        return None
+
+
+def round_defaults(names: Sequence[str], round_name: str | None = None, presets_dir=None) -> dict[str, float]:
+    """Documented default of each round factor: ``round_name``'s documented value
+    (``documented_round``) where its preset documents one, else the preset field default (1.0,
+    no maturity change)."""
     from ..optimizations.presets import PresetSpec
 
     d = _class_defaults(PresetSpec)
-    return {n: float(d[n]) for n in names}
+    doc = documented_round(names, round_name, presets_dir) if round_name is not None else None
+    return {n: float((doc or d)[n]) for n in names}
 
 
 def _vals(d: Mapping[str, float]) -> Values:
@@ -469,7 +497,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         rnd_names = tuple(ROUND_FACTORS)
         current_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in rnd_names} for r in rounds_all}
         base_hw = current_hw if start == "current" else defaults_hw
-        base_rnd = current_rnd if start == "current" else {r: round_defaults(rnd_names) for r in rounds_all}
+        documented_rnd = {r: round_defaults(rnd_names, r, presets_dir) for r in rounds_all}
+        base_rnd = current_rnd if start == "current" else {r: dict(documented_rnd[r]) for r in rounds_all}
 
         def tasks(hw: Mapping[str, Mapping[str, float]], rnd: Mapping[str, Mapping[str, float]], locks=None):
             return [(fr.key, _vals(hw[fr.key.hardware]), _vals(rnd[fr.key.preset]),
@@ -556,7 +585,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 reference = max(eligible, key=lambda r: (rd_counts[r], version_key(r)))
                 skipped[reference] = "reference round (maturity fixed)"
                 order = {r: i for i, r in enumerate(eligible)}
-                ps, ns = _round_params(eligible, reference, names_r, base_rnd, order=order, start="current")
+                ps, ns = _round_params(eligible, reference, names_r, base_rnd, order=order, start="current",
+                                       prior=documented_rnd)
                 params += ps
                 notes += ns
         hw_idx = [j for j, p in enumerate(params) if p.kind == "hardware"]
@@ -631,7 +661,10 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             added = []
             moe_held = set()
             if "moe_kernel_efficiency" in names_r:
-                moe_held = moe_without_evidence({**file_rnd, **rnd}, fitted_rnd - moe_rounds, reference)
+                every = {**file_rnd, **rnd}
+                moe_held = moe_without_evidence(every, fitted_rnd - moe_rounds, reference,
+                                                {r: documented_rnd.get(r) or round_defaults(names_r, r, presets_dir)
+                                                 for r in every})
             hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if run.base_hardware(h).has_efficiency(n)}
                             for h in sorted(fitted_hw)}
             for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median
@@ -726,7 +759,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
                 findings.remove(f)
         for r in sorted(moe_held, key=version_key):
             notes.append(f"{r}.moe_kernel_efficiency: no MoE row or operating point of this round in the fit; "
-                         f"held at the round's dense kernel maturity within the round order "
+                         f"held by rule (its documented MoE step where its preset gives one, else its dense "
+                         f"kernel maturity) within the round order "
                          f"({rnd[r]['moe_kernel_efficiency']:.4g}), not evidence either way")
         if findings and params and fit:
             calls = _holders(findings, params, x, residuals, [_group(fr.row) for fr in fit] + [_group(o) for o in ops],
@@ -762,7 +796,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         initial = {f"{h}.{n}": base_hw[h][n] for h in hardware_out for n in hardware_out[h]}
         initial.update({f"{r}.{n}": base_rnd[r][n] for r in presets_out for n in names_r})
         defaults = {f"{h}.{n}": defaults_hw[h][n] for h in hardware_out for n in hardware_out[h]}
-        defaults.update({f"{r}.{n}": round_defaults(names_r)[n] for r in presets_out for n in names_r})
+        defaults.update({f"{r}.{n}": documented_rnd[r][n] for r in presets_out for n in names_r})
         result = CalibrationResult(
             hardware=hardware_out, presets=presets_out, initial=initial, defaults=defaults, parameters=labels,
             skipped=skipped, reference_round=reference, rows=len(fit), excluded=excluded,
@@ -824,4 +858,4 @@ def _all_rounds(presets_dir) -> list[str]:
 
 
 __all__ = ["calibrate", "JACOBIAN", "DEFAULT_PARAMETERS", "KNEE_PARAMETERS", "PHYSICAL_PARAMETERS", "ROUND_PARAMETERS", "HARDWARE_RANGES", "FitRow", "fit_rows",
-           "hardware_defaults", "round_defaults", "round_sig"]
+           "hardware_defaults", "documented_round", "round_defaults", "round_sig"]

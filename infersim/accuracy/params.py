@@ -194,8 +194,12 @@ def improvement(name: str, value: float, neighbour_value: float, newer: bool) ->
 
 def round_parameters(rounds: Sequence[str], reference: str, names: Sequence[str],
                      current: Mapping[str, Mapping[str, float]], *, order: Mapping[str, int],
-                     start: Literal["current", "default"] = "current") -> tuple[list[Parameter], list[str]]:
-    """Improvement-factor parameters of every fitted round but the reference, and notes."""
+                     start: Literal["current", "default"] = "current",
+                     prior: Mapping[str, Mapping[str, float]] | None = None) -> tuple[list[Parameter], list[str]]:
+    """Improvement-factor parameters of every fitted round but the reference, and notes.
+
+    ``prior``: each round's documented factors; a step's prior is the documented improvement over
+    its neighbour (1, no change, where the two document the same value or ``prior`` is None)."""
     chain = round_chain(rounds, reference)
     out, notes = [], []
     for r, nb in chain.items():
@@ -210,7 +214,9 @@ def round_parameters(rounds: Sequence[str], reference: str, names: Sequence[str]
                         f"more than {f.max_step:g}x apart from"
                     notes.append(f"{r}.{name} starts {what} {nb} ({current[r][name]:.4g} vs "
                                  f"{current[nb][name]:.4g}); started at the nearest allowed value")
-            out.append(Parameter("step", r, name, 1.0, f.max_step, float(min(max(g, 1.0), f.max_step)), 1.0, nb))
+            p = 1.0 if prior is None else improvement(name, prior[r][name], prior[nb][name], newer)
+            out.append(Parameter("step", r, name, 1.0, f.max_step, float(min(max(g, 1.0), f.max_step)),
+                                 float(min(max(p, 1.0), f.max_step)), nb))
     return out, notes
 
 

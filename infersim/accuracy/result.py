@@ -70,7 +70,8 @@ class CalibrationResult:
     """Every round factor the final predictions used (fitted, reference and unchanged rounds)."""
     held_factors: dict[str, set[str]] = field(default_factory=dict)
     """Per fitted round, the factors no row of it exercised, held by rule and not fitted (a round
-    without MoE rows keeps its dense maturity as its MoE factor, ``fit.moe_without_evidence``)."""
+    without MoE rows keeps its documented MoE step, else its dense maturity, as its MoE factor,
+    ``fit.moe_without_evidence``)."""
     hardware_values: dict[str, dict[str, float]] = field(default_factory=dict)
     """Every hardware's efficiency values the final predictions used (fitted or start values)."""
     cv: dict[str, Any] | None = None

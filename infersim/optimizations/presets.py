@@ -9,6 +9,7 @@ the nearest earlier one; a round later than all presets uses the latest.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields as dataclass_fields
 from enum import StrEnum
 from functools import lru_cache
@@ -338,6 +339,12 @@ def resolve_round(round_name: str | None) -> str:
     key = _version_key(round_name)
     earlier = [r for r in rounds if _version_key(r) <= key]
     return earlier[-1] if earlier else rounds[0]
+
+
+def preset_file(round_name: str, directory: str | os.PathLike | None = None) -> Path | None:
+    """The preset file of exactly ``round_name`` (no nearest-earlier fallback), or None."""
+    path = _preset_files().get(round_name) if directory is None else Path(directory) / f"{round_name}.yaml"
+    return path if path is not None and path.is_file() else None
 
 
 @lru_cache(maxsize=32)
