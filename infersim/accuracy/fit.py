@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -352,16 +353,26 @@ def documented_round(names: Sequence[str], round_name: str, presets_dir=None) ->
     """The documented default of each round factor in ``round_name``'s own preset file (its
     ``# calibrated; default X`` comments: a measured maturity of that round's kernels over the
     reference round's, as v6.0's CuTe DSL MoE), or None where the round has no preset file."""
-    from ..optimizations.presets import PresetSpec, preset_file
-    from .yamledit import documented_defaults
+    from ..optimizations.presets import preset_file
 
     path = preset_file(round_name, presets_dir)
     if path is None:
         return None
     try:
-        return documented_defaults(path, None, names, _class_defaults(PresetSpec))
+        found = _documented_file(str(path), path.stat().st_mtime_ns, tuple(names))
     except (SpecError, OSError):
         return None
+    return dict(found)
+
+
+@lru_cache(maxsize=64)
+def _documented_file(path: str, mtime_ns: int, names: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """``documented_round``'s parse, once per file version (a round-trip YAML parse costs ~0.1 s and
+    cross-validation asks per held-out row)."""
+    from ..optimizations.presets import PresetSpec
+    from .yamledit import documented_defaults
+
+    return tuple(documented_defaults(path, None, names, _class_defaults(PresetSpec)).items())
 
 
 def round_defaults(names: Sequence[str], round_name: str | None = None, presets_dir=None) -> dict[str, float]:
