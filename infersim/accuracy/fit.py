@@ -256,10 +256,10 @@ def moe_without_evidence(rnd: dict[str, dict[str, float]], rounds: Iterable[str]
     best guess is that they matured as the round's other kernels did; where the rounds'
     ``documented`` factors (``round_defaults``) differ, a measurement of the round's own MoE
     kernels (v6.0's CuTe DSL backend), the neighbour's value times that documented step instead.
-    The value is kept inside the
-    round order (a newer round's MoE kernels never slower, at most the factor's largest step faster
-    than its neighbour's; walking outward from ``reference``, and in order with the next round
-    beyond it where that one is not held too) and the factor's range. Returns the rounds held."""
+    The value is kept inside the round order (a newer round's MoE kernels never slower, at most
+    the factor's largest step faster than its neighbour's; walking outward from ``reference``, and
+    in order with the next round beyond it where that one is not held too) and the factor's range.
+    Returns the rounds held."""
     name = "moe_kernel_efficiency"
     if reference is None or name not in rnd.get(reference, {}):
         return set()
