@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nfev", type=int, default=None, help="optimizer evaluations for --calibrate (default: calibrate's)")
     ap.add_argument("--cv-max-nfev", type=int, default=accuracy.CV_MAX_NFEV, help="optimizer evaluations per CV fold")
     ap.add_argument("--cv-folds", default="round,hardware,model", help="comma-separated: round, hardware, model")
+    ap.add_argument("--cv-start-jitter", type=float, default=0.0,
+                    help="with --cv: start each fold's optimizer this far (normal sd on each parameter's [0, 1] "
+                         "scale) from the documented defaults, a probe of the folds' path noise (default 0: none)")
+    ap.add_argument("--cv-jitter-seed", type=int, default=0, help="seed of --cv-start-jitter")
     ap.add_argument("--operating-points", default="none",
                     help="operating points fitted beside the throughput rows: 'bundled' (data/mlperf_operating_points.csv), "
                          "'none', or a CSV path")
@@ -81,8 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cv:
         print(f"\n== cross-validation (max_nfev {args.cv_max_nfev} per fold) ==")
         t = time.perf_counter()
+        jitter = {"start_jitter": args.cv_start_jitter, "jitter_seed": args.cv_jitter_seed} if args.cv_start_jitter else {}
         cv = accuracy.cross_validate(rows, folds=tuple(args.cv_folds.split(",")), max_nfev=args.cv_max_nfev,
-                                     workers=args.workers, progress=LineProgress(_log), **op_kw)
+                                     workers=args.workers, progress=LineProgress(_log), **op_kw, **jitter)
         print(accuracy.format_cv(cv))
         for kind, block in cv.items():
             print(f"{kind}: frontier median {block['median_ape']:.1f} %, p90 {block['p90_ape']:.1f} % "

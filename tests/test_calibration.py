@@ -735,3 +735,20 @@ def test_bundled_host_ties_share_one_shipped_value():
     assert ties == {"b300": "b200", "gb300-nvl72": "gb200-nvl72", "mi325x": "mi300x"}
     for d, c in ties.items():
         assert run.base_hardware(d).efficiency.step_overhead_ms == run.base_hardware(c).efficiency.step_overhead_ms
+
+
+def test_a_jittered_start_is_seeded_and_moves_the_budget_stopped_path():
+    """``start_jitter`` (the folds' path-noise probe): the optimizer starts from the start values plus
+    seeded noise, so one seed repeats its fit and another seed's budget-stopped fit lands elsewhere;
+    the start values' own predictions (the ``before`` figures) are the unjittered ones."""
+    rows = synthetic_rows("h100-sxm", {"compute_fraction": 0.5}, keys=KEYS[:1] + KEYS[3:4] + KEYS[5:6])
+
+    def fit(**kw):
+        return accuracy.calibrate(rows, ["h100-sxm"], max_nfev=1, parameters=("compute_fraction", "memory_fraction"),
+                                  prior_weight=0.0, pin_choices=False, **kw)
+
+    plain, a, again, b = fit(), fit(start_jitter=0.05, jitter_seed=1), fit(start_jitter=0.05, jitter_seed=1), \
+        fit(start_jitter=0.05, jitter_seed=2)
+    assert a.hardware == again.hardware
+    assert a.hardware != b.hardware and a.hardware != plain.hardware
+    assert a.before == plain.before == b.before

@@ -426,8 +426,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
               runner: Runner | None = None, phase: str = "fit",
               operating_points: Sequence[OpRow] | str | os.PathLike | bool | None = None, op_weight: float = 1.0,
               op_amplification: float = OP_AMPLIFICATION,
-              jacobian: Literal["secant", "difference"] | None = None, refresh: int | None = None
-              ) -> CalibrationResult:
+              jacobian: Literal["secant", "difference"] | None = None, refresh: int | None = None,
+              start_jitter: float = 0.0, jitter_seed: int = 0) -> CalibrationResult:
     """Fit hardware efficiencies (and round maturities) to the frontier rows of ``rows``.
 
     Parameters
@@ -470,6 +470,10 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         ``JACOBIAN[start]``.
     refresh : with ``secant``, form the finite difference again after this many secant updates
         (None: once per pass; default with ``jacobian`` None: ``JACOBIAN[start]``'s).
+    start_jitter, jitter_seed : the optimizer starts from the start values plus normal noise of this
+        standard deviation on each parameter's [0, 1] scale (seeded; 0: none). A probe of how much
+        a budget-stopped fit's outcome owes to its path; the predictions of the start values, the
+        pinned choices and the prior are the unjittered ones.
 
     Returns
     -------
@@ -698,6 +702,8 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         message = "no free parameters"
         budget_stop = False
         x = x0.copy()
+        if start_jitter > 0 and len(x):  # a path-noise probe: the same fit from a nearby start
+            x = np.clip(x + np.random.default_rng(jitter_seed).normal(0.0, start_jitter, len(x)), 0.0, 1.0)
         if params and fit:
             n_res = len(fit) + len(ops)
             sparsity = np.zeros((n_res + len(params), len(params)), dtype=bool)
