@@ -85,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cv:
         print(f"\n== cross-validation (max_nfev {args.cv_max_nfev} per fold) ==")
         t = time.perf_counter()
-        jitter = {"start_jitter": args.cv_start_jitter, "jitter_seed": args.cv_jitter_seed} if args.cv_start_jitter else {}
         cv = accuracy.cross_validate(rows, folds=tuple(args.cv_folds.split(",")), max_nfev=args.cv_max_nfev,
-                                     workers=args.workers, progress=LineProgress(_log), **op_kw, **jitter)
+                                     workers=args.workers, progress=LineProgress(_log), **op_kw,
+                                     start_jitter=args.cv_start_jitter, jitter_seed=args.cv_jitter_seed)
         print(accuracy.format_cv(cv))
         for kind, block in cv.items():
             print(f"{kind}: frontier median {block['median_ape']:.1f} %, p90 {block['p90_ape']:.1f} % "

@@ -115,8 +115,10 @@ def held_out_round(result: CalibrationResult, round_name: str, presets_dir=None)
     if round_name in usable:
         return dict(usable[round_name])
     k = version_key(round_name)
-    out = dict(result.round_values.get(round_name) or round_defaults(tuple(ROUND_FACTORS)))
+    factors = tuple(ROUND_FACTORS)
+    out = dict(result.round_values.get(round_name) or round_defaults(factors))
     names = {n for v in usable.values() for n in v}
+    own = documented_round(factors, round_name, presets_dir)
     for n in names:
         have = [r for r in usable if n in usable[r] and n not in result.held_factors.get(r, ())]
         older = [r for r in have if version_key(r) < k]
@@ -124,8 +126,7 @@ def held_out_round(result: CalibrationResult, round_name: str, presets_dir=None)
         picks = ([max(older, key=version_key)] if older else []) + ([min(newer, key=version_key)] if newer else [])
         if picks:
             out[n] = float(math.exp(np.mean([math.log(usable[r][n]) for r in picks])))
-            own = documented_round((n,), round_name, presets_dir)
-            theirs = [documented_round((n,), r, presets_dir) for r in picks]
+            theirs = [documented_round(factors, r, presets_dir) for r in picks]
             if own is not None and all(t is not None for t in theirs):
                 out[n] *= own[n] / float(math.exp(np.mean([math.log(t[n]) for t in theirs])))
     return out

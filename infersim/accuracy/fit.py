@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
@@ -353,26 +352,16 @@ def documented_round(names: Sequence[str], round_name: str, presets_dir=None) ->
     """The documented default of each round factor in ``round_name``'s own preset file (its
     ``# calibrated; default X`` comments: a measured maturity of that round's kernels over the
     reference round's, as v6.0's CuTe DSL MoE), or None where the round has no preset file."""
-    from ..optimizations.presets import preset_file
+    from ..optimizations.presets import PresetSpec, preset_file
+    from .yamledit import documented_defaults
 
     path = preset_file(round_name, presets_dir)
     if path is None:
         return None
     try:
-        found = _documented_file(str(path), path.stat().st_mtime_ns, tuple(names))
+        return documented_defaults(path, None, names, _class_defaults(PresetSpec))
     except (SpecError, OSError):
         return None
-    return dict(found)
-
-
-@lru_cache(maxsize=64)
-def _documented_file(path: str, mtime_ns: int, names: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
-    """``documented_round``'s parse, once per file version (a round-trip YAML parse costs ~0.1 s and
-    cross-validation asks per held-out row)."""
-    from ..optimizations.presets import PresetSpec
-    from .yamledit import documented_defaults
-
-    return tuple(documented_defaults(path, None, names, _class_defaults(PresetSpec)).items())
 
 
 def round_defaults(names: Sequence[str], round_name: str | None = None, presets_dir=None) -> dict[str, float]:
@@ -512,7 +501,9 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
         rnd_names = tuple(ROUND_FACTORS)
         current_rnd = {r: {n: float(getattr(run.preset(r), n)) for n in rnd_names} for r in rounds_all}
         base_hw = current_hw if start == "current" else defaults_hw
-        documented_rnd = {r: round_defaults(rnd_names, r, presets_dir) for r in rounds_all}
+        # every round's documented factors, the rounds without rows too (the held rule's neighbours)
+        documented_rnd = {r: round_defaults(rnd_names, r, presets_dir)
+                          for r in set(rounds_all) | set(_all_rounds(presets_dir))}
         base_rnd = current_rnd if start == "current" else {r: dict(documented_rnd[r]) for r in rounds_all}
 
         def tasks(hw: Mapping[str, Mapping[str, float]], rnd: Mapping[str, Mapping[str, float]], locks=None):
@@ -676,10 +667,7 @@ def calibrate(rows: Sequence[Row] | str | os.PathLike, hardware_ids: Iterable[st
             added = []
             moe_held = set()
             if "moe_kernel_efficiency" in names_r:
-                every = {**file_rnd, **rnd}
-                moe_held = moe_without_evidence(every, fitted_rnd - moe_rounds, reference,
-                                                {r: documented_rnd.get(r) or round_defaults(names_r, r, presets_dir)
-                                                 for r in every})
+                moe_held = moe_without_evidence({**file_rnd, **rnd}, fitted_rnd - moe_rounds, reference, documented_rnd)
             hardware_out = {h: {n: round_sig(hw[h][n]) for n in parameters if run.base_hardware(h).has_efficiency(n)}
                             for h in sorted(fitted_hw)}
             for n in {n for _, n in unexercised}:  # no row of the fit exercises it: the fleet's median

@@ -341,10 +341,18 @@ def resolve_round(round_name: str | None) -> str:
     return earlier[-1] if earlier else rounds[0]
 
 
+def _preset_path(name: str, directory: str | os.PathLike | None) -> Path:
+    """Where round ``name``'s preset lives: ``directory``, else the profile folders' (user folders
+    first), else the bundled folder; it need not exist."""
+    if directory is not None:
+        return Path(directory) / f"{name}.yaml"
+    return _preset_files().get(name, presets_dir() / f"{name}.yaml")
+
+
 def preset_file(round_name: str, directory: str | os.PathLike | None = None) -> Path | None:
     """The preset file of exactly ``round_name`` (no nearest-earlier fallback), or None."""
-    path = _preset_files().get(round_name) if directory is None else Path(directory) / f"{round_name}.yaml"
-    return path if path is not None and path.is_file() else None
+    path = _preset_path(round_name, directory)
+    return path if path.is_file() else None
 
 
 @lru_cache(maxsize=32)
@@ -354,11 +362,7 @@ def _load(path: str, mtime: float) -> PresetSpec:
 
 def load_preset(round_name: str, directory: Path | None = None) -> PresetSpec:
     """Load the preset for ``round_name`` (with the nearest-earlier fallback)."""
-    if directory is None:
-        name = resolve_round(round_name)
-        path = _preset_files().get(name, presets_dir() / f"{name}.yaml")
-    else:
-        path = Path(directory) / f"{round_name}.yaml"
+    path = _preset_path(resolve_round(round_name) if directory is None else round_name, directory)
     if not path.is_file():
         raise SpecError(f"no preset for round '{round_name}'", file=str(path))
     return _load(str(path), path.stat().st_mtime)
