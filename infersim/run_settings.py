@@ -50,13 +50,28 @@ def run_fields(settings: dict[str, str] | None) -> tuple[tuple[str, str], ...]:
     return tuple((k, settings[k].strip()) for k in RUN_FIELDS if (settings.get(k) or "").strip())
 
 
+RECORD_ONLY = frozenset(RUN_KEY) | {"total_accelerators", "framework", "config_variant", "config_match",
+                                    "log_target_qps", "user_conf_target_qps", "source_repo", "source_path"}
+"""Columns that identify a run or say where its config was looked for, not what the config set."""
+
+
+def records_settings(row: dict[str, str]) -> bool:
+    """Whether an engine-settings row records anything the run's config set (its harness, serving mode,
+    layout, limits, ...): the reference file keeps a row for every run, with ``config_match`` "none
+    found" and nothing else where no config was read."""
+    return any((v or "").strip() for k, v in row.items() if k is not None and k not in RECORD_ONLY)
+
+
 def load_engine_settings(path=None) -> dict[tuple, dict[str, str]]:
-    """Engine settings per run, keyed by ``RUN_KEY`` (empty where the file is absent)."""
+    """Engine settings per run, keyed by ``RUN_KEY`` (empty where the file is absent); a run whose row
+    records no setting (``records_settings``) is left out, so it counts as a run without its own
+    settings everywhere (``validate --at-load --run-engine``'s ``run_engine``, the operating points'
+    ``OpRow.run``)."""
     path = Path(path) if path is not None else engine_settings_data()
     if not path.is_file():
         return {}
     with path.open(newline="", encoding="utf-8-sig") as fh:
-        return {tuple(r.get(k, "").strip() for k in RUN_KEY): r for r in csv.DictReader(fh)}
+        return {tuple(r.get(k, "").strip() for k in RUN_KEY): r for r in csv.DictReader(fh) if records_settings(r)}
 
 
 def _graph_sizes(text: str):
@@ -257,5 +272,5 @@ def run_disagg(plan, settings: dict[str, str], stats, accelerators: int):
     return plan, {"decode": dec, "decode_workers": d_n, "prefill": pre, "prefill_workers": p_n, "max_batch": b_max}
 
 
-__all__ = ["RUN_KEY", "RUN_FIELDS", "run_fields", "recorded_layout", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout",
+__all__ = ["RUN_KEY", "RUN_FIELDS", "RECORD_ONLY", "records_settings", "run_fields", "recorded_layout", "engine_settings_data", "load_engine_settings", "run_engine", "run_layout",
            "apply_run", "run_disagg", "DISAGG_FIELDS"]
