@@ -59,3 +59,29 @@ def test_at_load_flags_no_run_engine_for_a_row_without_a_config(tmp_path):
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["predicted_rows"] == 1 and not d["per_row"][0]["run_engine"] and d["rows_with_run_engine"] == 0
+
+
+def test_every_settings_row_has_exactly_the_header_fields():
+    """A row with a stray or missing field (broken quoting) would shift every later column into the
+    wrong setting silently: the layout read from the precision column, say."""
+    with engine_settings_data().open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert rows
+    bad = [(i + 2, r["system"]) for i, r in enumerate(rows) if None in r or any(v is None for v in r.values())]
+    assert not bad, f"rows with a field count other than the header's: {bad[:5]}"
+
+
+def test_cisco_405b_rows_carry_the_engines_they_ran():
+    """Filled in the thirty-sixth session from Cisco's class-style configs (data/README.md)."""
+    from infersim.plan import Engine
+    from infersim.run_settings import recorded_layout, run_engine
+
+    runs = load_engine_settings()
+    h100 = runs[("v5.1", "Cisco", "HGX-H100_H100-SXM-80GBx16_TRT", "llama3.1-405b", "Server")]
+    h200 = runs[("v5.1", "Cisco", "C885A_M8_H200_SXM_141GBx16_TRT", "llama3.1-405b", "Offline")]
+    assert recorded_layout(h100, moe=False) == (8, 1, 1, 1)
+    assert recorded_layout(h200, moe=False) == (4, 2, 1, 1)
+    e = run_engine(Engine(), h100)
+    assert (e.max_batch_size, e.max_num_tokens, e.chunked_prefill, e.graph_sizes) == (64, 2560, True, ())
+    assert e.instance_dispatch == "load_balancing"  # the NVIDIA harness's Server dispatch
