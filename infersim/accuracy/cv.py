@@ -118,31 +118,40 @@ def held_out_round(result: CalibrationResult, round_name: str, presets_dir=None)
     factors = tuple(ROUND_FACTORS)
     out = dict(result.round_values.get(round_name) or round_defaults(factors))
     names = {n for v in usable.values() for n in v}
-    own = documented_round(factors, round_name, presets_dir)
+    documented = {r: documented_round(factors, r, presets_dir) for r in [round_name, *usable]}
+    own = documented[round_name]
     for n in names:
         have = [r for r in usable if n in usable[r] and n not in result.held_factors.get(r, ())]
         older = [r for r in have if version_key(r) < k]
         newer = [r for r in have if version_key(r) > k]
         picks = ([max(older, key=version_key)] if older else []) + ([min(newer, key=version_key)] if newer else [])
         if picks:
-            out[n] = float(math.exp(np.mean([math.log(usable[r][n]) for r in picks])))
-            theirs = [documented_round(factors, r, presets_dir) for r in picks]
-            if own is not None and all(t is not None for t in theirs):
-                out[n] *= own[n] / float(math.exp(np.mean([math.log(t[n]) for t in theirs])))
+            out[n] = _geomean(usable[r][n] for r in picks)
+            if own is not None and all(documented[r] is not None for r in picks):
+                out[n] *= own[n] / _geomean(documented[r][n] for r in picks)
     return out
+
+
+def _geomean(values) -> float:
+    return float(math.exp(np.mean([math.log(v) for v in values])))
 
 
 def _held_out(run: Runner, result: CalibrationResult, test: Sequence[FitRow], names: Sequence[str]) -> list[dict]:
     hw_vals: dict[str, dict[str, float]] = {}
     base_hw: dict[str, dict[str, float]] = {}
+    rnd_vals: dict[str, dict[str, float]] = {}
+    base_rnd: dict[str, dict[str, float]] = {}
     out = []
     for fr in test:
         h, r = fr.key.hardware, fr.key.preset
         if h not in hw_vals:
             base_hw[h] = hardware_defaults(run, h, names)
             hw_vals[h] = dict(result.hardware.get(h) or transfer_prior(result, h, run))
-        after = run.predict(fr.key, _vals(hw_vals[h]), _vals(held_out_round(result, r, run.presets_dir)))
-        before = run.predict(fr.key, _vals(base_hw[h]), _vals(round_defaults(tuple(ROUND_FACTORS), r, run.presets_dir)))
+        if r not in rnd_vals:  # once per round, as per hardware above
+            base_rnd[r] = round_defaults(tuple(ROUND_FACTORS), r, run.presets_dir)
+            rnd_vals[r] = held_out_round(result, r, run.presets_dir)
+        after = run.predict(fr.key, _vals(hw_vals[h]), _vals(rnd_vals[r]))
+        before = run.predict(fr.key, _vals(base_hw[h]), _vals(base_rnd[r]))
         out.append({"row": fr.row, "predicted": after.value, "default": before.value, "reason": after.reason})
     return out
 
