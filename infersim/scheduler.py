@@ -332,6 +332,49 @@ def _cramer_lundberg(x, p, mu, m2, m, c):
     return np.maximum(th, 1e-30)
 
 
+def backlog_decay(stats: WorkloadStats, m, cap):
+    """1/θ, prompt tokens: the length over which the tail of a rank's carried backlog falls by e when
+    ``m`` prompts arrive per context iteration and it takes ``cap`` tokens each (the Cramér-Lundberg
+    rate of ``_lindley_backlog``; ∞ where m·E[ISL] ≥ cap). Near saturation it is the backlog's
+    conditional mean; at lower loads shorter, the backlog then mostly a prompt's rest."""
+    x = np.asarray(stats.isl_points, dtype=float)
+    p = np.asarray(stats.isl_probs, dtype=float)
+    p = p / p.sum()
+    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    m, c = (np.array(a, dtype=float) for a in np.broadcast_arrays(m, cap))
+    out = np.full(m.shape, np.inf)
+    ok = (m > 0) & (m * mu < c)
+    if np.any(ok):
+        out[ok] = 1.0 / _cramer_lundberg(x, p, mu, m2, m[ok], c[ok])
+    return out
+
+
+def backlog_feedback(decay, stats: WorkloadStats, p_over, q: float, m, cap, rate, slope, s_tok: float, dq: float,
+                     prompt_scale: float, L: float):
+    """How much longer a rank's carried backlog is (its mean and its tail length ``decay``,
+    ``backlog_decay``) for the decoders it feeds.
+
+    While a rank works off a backlog it prefills its whole budget every iteration, more than the
+    arrivals' mean, and every prompt it finishes decodes for OSL/L iterations: after working off x
+    tokens beyond the arrivals, x/E[ISL] more sequences decode. Each takes its decode tokens from
+    the budget and lengthens the iteration by the decode slope less a budget token's prefill, so
+    more arrive per iteration: the slack s₀ = c − m·E[ISL] falls by κ = dq + λ·(slope −
+    s_tok·dq)·E[ISL] per such sequence. A diffusion with that drift has log P(W > x) = −θx·(1 −
+    κx/(2·E[ISL]·s₀)): over the backlogs that set the q-quantile (x* = decay·ln(P(W > 0)/(1 − q)),
+    at most the s₀·OSL/L worked off before the first of them finishes) the tail is longer by
+    1/(1 − κx*/(2·E[ISL]·s₀)), the factor returned (at most 2); the backlog's mean is taken longer by
+    as much. Des.simulate_engine, one rank, chunked 512-token budget at 90 % load (Llama-2 prompts,
+    synthetic costs): the backlog's conditional mean 1,049 tokens against the Lindley queue's 972 at
+    a fixed slack; 8 seeds × 48,000 requests."""
+    mu = stats.isl_mean
+    slack = np.maximum(cap - m * mu, 1e-9)
+    kappa = np.maximum(dq / prompt_scale + rate * (slope - s_tok * dq) * mu, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x = np.where(np.isfinite(decay), decay * np.log(np.maximum(p_over / (1.0 - q), np.e)), 0.0)
+    x = np.minimum(x, slack * stats.osl_mean / L)
+    return 1.0 / np.maximum(1.0 - kappa * x / (2.0 * mu * slack), 0.5)
+
+
 def _lindley_backlog(x, p, mu, m2, grid, cdf, ms, cs):
     """Mean backlog E[W] of one rank's discrete-time prompt queue W' = (W + A − c)⁺ (A compound
     Poisson(m) prompt tokens, c the tokens it takes per context iteration) at every (m, c) of
@@ -1203,6 +1246,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
         # whose busiest rank takes the whole budget (the decode iterations of the period plus it)
         full = eg_b * t_d + s_tok * (cap if tail is None else cap_c + tail) * prompt_scale
         ungated = ~np.broadcast_to(gated, np.shape(full))
+        decay = np.inf
         if np.any(ungated):
             # no gate: while a rank carries a backlog every iteration takes its whole budget and
             # lasts ``full``, so the backlog's queue (Lindley over such iterations) receives the
@@ -1213,17 +1257,30 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             rate_it = request_rate(batch, t_d, s_mean, L, stats)
             m_full = rate_it * full / d
             _, _, p_u, back_u, stable_u, _ = capped_tokens(stats, m_full, cap, d, engine.rank_router)
+            # its tail decays at the Cramér-Lundberg rate (the prompts behind a backlog, ``_metrics``);
+            # on one rank the decoders that working it off adds lengthen it (``backlog_feedback``)
+            # (renewal arrivals: the diffusion's rate 2·slack/Var, the count's variance scaled by
+            # their dispersion c_a², and no longer than the backlog's mean, ``rank_backlog``)
+            ca2 = np.asarray(stats.arrival_scv, dtype=float)
+            spread = (stats.isl_sq - (1.0 - ca2) * stats.isl_mean**2) / stats.isl_sq
+            with np.errstate(divide="ignore", invalid="ignore"):
+                decay = np.minimum(backlog_decay(stats, m_full, cap) * spread, np.where(p_u > 0, back_u / p_u, np.inf))
+            longer = np.where(d == 1, backlog_feedback(decay, stats, p_u, q, m_full, cap, rate_it,
+                                                       (t_up - t_d) / (up - batch), s_tok, dq, prompt_scale, L), 1.0)
+            back_u, decay = back_u * longer, np.where(ungated, decay * longer, np.inf)
             if engine.instance_dispatch == "fewest_tokens" and np.any(np.asarray(instances) > 1):
                 # the instances' prompt queues pooled (one rank each; with attention DP the ranks'
                 # own router decides inside an instance, not modelled as pooled)
                 p_pool, back_pool = pooled_backlog(p_u, back_u, m_full * stats.isl_mean / cap, instances)
                 p_u, back_u = np.where(d == 1, p_pool, p_u), np.where(d == 1, back_pool, back_u)
+                decay = np.where(d == 1, np.inf, decay)  # a pooled queue's tail: its mean's exponential
             p_over = np.where(ungated, p_u, p_over)
             backlog = np.where(ungated, back_u, backlog)
             stable = np.where(ungated, stable_u, stable)
         if tail is None:
-            extra = budget_wait(stats, m_rank, cap, p_over, backlog, stable,
-                                fit=None if engine.chunked_prefill else fit) + (full,)
+            *extra, behind = budget_wait(stats, m_rank, cap, p_over, backlog, stable,
+                                         fit=None if engine.chunked_prefill else fit, split=True)
+            extra = (*extra, full)
             if engine.chunked_prefill:
                 # chunked, the last of a prompt's K extra iterations takes only what is left of it
                 # (the rest past the budget, E[ISL²]/(2·E[ISL]) on average, against the busiest
@@ -1245,6 +1302,10 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
                     # chunk were priced twice)
                     def first(n_with):  # n_with: the prompts admitted with it
                         return s_tok * cap * prompt_scale * first_take(stats, n_with, cap, p_over, backlog, stable)
+            # the prompts behind a carried backlog, apart: their TTFT keeps the backlog's exponential
+            # tail (``_metrics``)
+            kb_mean, kb_var, pb_wait, w_mean = behind
+            extra = (*extra, (np.where(stable, p_over, 0.0), kb_mean, kb_var, pb_wait, np.minimum(w_mean, decay / cap)))
         else:
             # gated chunked: only the tokens ahead wait for context iterations (whole periods); a
             # started prompt's rest goes on in the next iteration (gate or not): the prompts that
@@ -1346,7 +1407,7 @@ def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=N
 
 
 def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None,
-                backlog_cv2=1.0):
+                backlog_cv2=1.0, split: bool = False):
     """Mean and variance of the context iterations a prompt waits beyond the first one after its
     arrival because its rank takes at most ``cap`` tokens per context iteration (a chunked prompt
     is prefilled over several; a whole one waits until it fits).
@@ -1359,7 +1420,10 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     E[K²] = Σ_k (2k − 1)·P(Z > k), Z taken gamma given W = 0 and given W > 0; given W = 0 on the
     gated chunked path (``start`` the straddler's mean overshoot ov, ``cap`` the free budget plus
     ov: each missed admission takes a budget and the straddler's rest), K ≥ k ⟺ A + ov ≥ k·cap on
-    the compound Poisson lattice itself (``_ahead_wait_sums``). Returns (E[K], Var[K], P(K ≥ 1))."""
+    the compound Poisson lattice itself (``_ahead_wait_sums``). Returns (E[K], Var[K], P(K ≥ 1)),
+    With ``split``, a fourth item, the part behind a carried backlog (W > 0): (E[K | W > 0],
+    Var[K | W > 0], P(K ≥ 1 | W > 0), E[W | W > 0] in budgets), the exponential whose tail the
+    TTFT's quantiles keep (``_metrics``)."""
     mean0, var0, mean1, var1 = _budget_z(stats, 0.5 * count, cap, p_over, backlog, stable, start, start_var, fit,
                                          backlog_cv2)
     # both cases in one pass (a leading axis: W = 0, W > 0)
@@ -1371,8 +1435,13 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
         s0, s0sq, p0 = (np.where(have, a, b) for a, b in ((e0, s0), (e0sq, s0sq), (q0, p0)))
     e1 = (1.0 - p_over) * s0 + p_over * s1
     e2 = (1.0 - p_over) * s0sq + p_over * s1sq
+    p_carried = p1
     p1 = np.where(stable, (1.0 - p_over) * p0 + p_over * p1, 1.0)
-    return np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
+    out = np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
+    if not split:
+        return out
+    w_mean = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
+    return out + ((s1, np.maximum(s1sq - s1 * s1, 0.0), p_carried, w_mean),)
 
 
 def _ahead_wait_sums(stats: WorkloadStats, ahead, cap, own):
@@ -1571,7 +1640,7 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
     else:
         # K more context iterations waited for the rank's token budget: the prompts served in their
         # first context iteration (and an idle engine's) and those that wait, one gamma each
-        k_mean, k_var, p_wait, c_full = budget_wait
+        k_mean, k_var, p_wait, c_full = budget_wait[:4]
         with np.errstate(divide="ignore", invalid="ignore"):
             k1 = np.where(p_wait > 0, k_mean / np.maximum(p_wait, 1e-300), 1.0)
             k1_var = np.maximum((k_var + k_mean**2) / np.maximum(p_wait, 1e-300) - k1 * k1, 0.0)
@@ -1589,6 +1658,8 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
                             iteration_s=it_mean, decode_iteration_s=t_d + 0.0 * it_mean, gate_iters=eg + 0.0 * it_mean,
                             ttft_p50=nan, tpot_p50=tpot_mean)
     ttft_p, ttft_p50 = _two_gamma_quantiles(*comps[0], *comps[1], (q, 0.5))
+    if budget_wait is not None and len(budget_wait) > 4:  # the median stays the two gammas' (its body)
+        ttft_p = _carried_quantile(budget_wait, busy, idle, b_mean, b_var, i_mean, s_var, q, ttft_p)
     gated = np.broadcast_to((np.asarray(vg) > 0) | (np.asarray(eg) > 1), np.shape(ttft_p))
     if np.any(gated):
         # gated (or multi-step: a fixed period of E[G] iterations): a prompt waits for the next
@@ -1628,6 +1699,106 @@ def _metrics(t_d, s_mean, s_sq, s_tok, big_var, eg, vg, batch, d, L, stats: Work
                         tpot_mean=tpot_mean, tpot_p99=tpot_p, e2e_p99=e2e, step=cost, prefill_share=rho,
                         iteration_s=it_mean, decode_iteration_s=t_d + 0.0 * it_mean, gate_iters=eg + 0.0 * it_mean,
                         ttft_p50=ttft_p50, tpot_p50=tpot_p50)
+
+
+def _carried_quantile(budget_wait, busy, idle, b_mean, b_var, i_mean, s_var, q: float, two_gamma):
+    """TTFT quantiles with the prompts behind a carried backlog apart (``budget_wait``'s fifth item):
+    their K extra context iterations are the backlog W's (exponential: the Cramér-Lundberg tail of
+    the rank's prompt queue, ``_lindley_backlog``) plus the tokens ahead and their own, so their TTFT
+    is a gamma plus an exponential of mean c·E[W | W > 0] rather than one gamma of its two moments,
+    whose tail decays at the gamma's scale (des.simulate_engine, one rank, chunked 512-token budget
+    at 90 % load: p99 TTFT −21 % with one gamma, 8 seeds × 48,000 requests). The others (no backlog:
+    K = 0, or K ≥ 1 from the prompts ahead) and an idle engine's stay the two gammas of before.
+    Returns ``two_gamma`` where no prompt finds a backlog."""
+    k_mean, k_var, p_wait, c_full, (p_b, kb_mean, kb_var, pb_wait, w_mean) = budget_wait
+    p_b = np.asarray(p_b, dtype=float)
+    use = np.broadcast_to((p_b > 0) & np.isfinite(k_mean) & (w_mean > 0), np.shape(two_gamma))
+    if not np.any(use):
+        return two_gamma
+    sel = np.nonzero(use)
+    pick = lambda a: np.broadcast_to(np.asarray(a, dtype=float), use.shape)[sel]  # noqa: E731
+    pb, kbm, kbv, pbw, wm = (pick(a) for a in (p_b, kb_mean, kb_var, pb_wait, w_mean))
+    km, kv, pw, c = (pick(a) for a in (k_mean, k_var, p_wait, c_full))
+    bu, idl, bm, bv, im, sv = (pick(a) for a in (busy, idle, b_mean, b_var, i_mean, s_var))
+    # without a backlog (chance 1 − p_b): K's moments and P(K ≥ 1) by difference
+    rest = np.maximum(1.0 - pb, 1e-12)
+    k0 = np.maximum(km - pb * kbm, 0.0) / rest
+    k0sq = np.maximum(kv + km * km - pb * (kbv + kbm * kbm), 0.0) / rest
+    p0 = np.clip((pw - pb * pbw) / rest, 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        k01 = np.where(p0 > 1e-12, k0 / np.maximum(p0, 1e-300), 1.0)
+        k01v = np.where(p0 > 1e-12, np.maximum(k0sq / np.maximum(p0, 1e-300) - k01 * k01, 0.0), 0.0)
+    w_none = bu * rest * (1.0 - p0) + idl
+    m_none = (bu * rest * (1.0 - p0) * bm + idl * im) / np.maximum(w_none, 1e-300)
+    # behind a backlog: a gamma Y plus an exponential E of mean c·E[W | W > 0] (at most what the
+    # component's own mean and variance leave for it)
+    m_b, v_b = bm + kbm * c, bv + kbv * c * c
+    tau = np.minimum(c * wm, np.minimum(0.95 * m_b, np.sqrt(0.95 * v_b)))
+    parts = [(w_none, m_none, bv, 0.0 * tau), (bu * rest * p0, bm + k01 * c, bv + k01v * c * c, 0.0 * tau),
+             (bu * pb, m_b, v_b, tau)]
+    res = np.array(np.broadcast_to(two_gamma, use.shape), dtype=float)
+    res[sel] = _mixture_quantile(parts, q, pick(two_gamma))
+    return res
+
+
+def _gamma_exp_survival(t, m, v, tau):
+    """P(Y + E > t) and its density, Y gamma of mean m − τ and variance v − τ², E exponential of
+    mean τ (τ = 0: the gamma of m and v alone): S = Q(k, t/θ) + e^(−t/τ)·(1 − θ/τ)^(−k)·P(k, t·(1 −
+    θ/τ)/θ), the second term E[e^((Y − t)/τ); Y ≤ t] by tilting the gamma, and the density (S − Q)/τ;
+    where θ ≥ τ (the gamma's own tail the longer) the gamma of m and v."""
+    from scipy.special import gammainc, gammaln
+
+    has = tau > 0
+    my = np.where(has, m - tau, m)
+    vy = np.where(has, np.maximum(v - tau * tau, 1e-12 * my * my), v)
+    k, th = _gamma_shape(my, vy)
+    r = np.where(has, th / np.maximum(tau, 1e-300), 1.0)
+    tilt = r < 0.999
+    k_whole, th_whole = _gamma_shape(m, v)
+    k, th = np.where(tilt, k, k_whole), np.where(tilt, th, th_whole)
+    x = np.maximum(t, 1e-300) / th
+    q = gammaincc(k, x)
+    dens = np.exp((k - 1.0) * np.log(x) - x - gammaln(k)) / th
+    if not np.any(tilt):
+        return q, dens
+    rr = np.minimum(r, 0.999)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        log_w = -t / np.maximum(tau, 1e-300) - k * np.log1p(-rr)
+        extra = np.nan_to_num(np.exp(np.minimum(log_w, 700.0)) * gammainc(k, x * (1.0 - rr)))
+    extra = np.where(tilt, extra, 0.0)
+    return np.clip(q + extra, 0.0, 1.0), np.where(tilt, extra / np.maximum(tau, 1e-300), dens)
+
+
+def _mixture_quantile(parts, q: float, start, iters: int = 10):
+    """The q-quantile of a mixture of gamma-plus-exponential components, parts = [(weight, mean,
+    variance, τ), ...] (``_gamma_exp_survival``): Newton from ``start`` (a first estimate),
+    safeguarded by the bracket its own iterates establish."""
+    total = np.maximum(sum(np.asarray(w, dtype=float) for w, *_ in parts), 1e-300)
+
+    def excess(t):  # P(T > t) − (1 − q) and the density
+        sf, dens = 0.0, 0.0
+        for w, m, v, tau in parts:
+            a, b = _gamma_exp_survival(t, m, v, tau)
+            sf, dens = sf + w * a, dens + w * b
+        return sf / total - (1.0 - q), dens / total
+
+    x0 = np.maximum(np.asarray(start, dtype=float), 1e-9)
+    t, lo, hi = x0, np.zeros_like(x0), np.full_like(x0, np.inf)
+    done = np.zeros(t.shape, dtype=bool)
+    for _ in range(iters):
+        f, dens = excess(t)
+        # a point whose tail is within a millionth of its target stays (each point's own iterates
+        # alone decide, so a point priced alone equals the same point in a grid)
+        done |= np.abs(f) < 1e-6 * (1.0 - q)
+        if np.all(done):
+            break
+        lo, hi = np.where(f > 0.0, t, lo), np.where(f > 0.0, hi, t)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = t + f / np.maximum(dens, 1e-300)
+        # outside the bracket: halve it, or double t while no upper end is known
+        nxt = np.where((step >= lo) & (step <= hi), step, np.where(np.isfinite(hi), 0.5 * (lo + hi), 2.0 * t))
+        t = np.where(done, t, nxt)
+    return t
 
 
 def limits(e, batch, d, stats: WorkloadStats, q: float, big_mean=None, big_var=None, dq: float = 1.0):

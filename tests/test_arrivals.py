@@ -94,9 +94,10 @@ def test_poisson_limit_is_continuous():
             assert float(getattr(near, k)[0]) == pytest.approx(float(getattr(base, k)[0]), rel=2e-3), (c, k)
 
 
-def engine_against_des(d: int, budget: str, load: float, ca2s):
+def engine_against_des(d: int, budget: str, load: float, ca2s, seeds=(3,)):
     """tests/test_scheduler.py's engine (gate off) with d ranks and ``budget`` at ``load`` of its
-    capacity: (closed form, DES) per arrival dispersion in ``ca2s`` (20,000 requests, seed 3)."""
+    capacity: (closed form, DES) per arrival dispersion in ``ca2s`` (20,000 requests per seed in
+    ``seeds``; with several, the DES's figures are their means, ``_SeedMean``)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -112,10 +113,20 @@ def engine_against_des(d: int, budget: str, load: float, ca2s):
         st = dataclasses.replace(ts.stats(), arrival_scv=ca2)
         pre = lambda n, imb: ts.S_TOK * st.isl_mean * imb / d  # noqa: E731
         r = scheduler.engine_queue(eng, d, np.atleast_1d(batch), st, 1.0, Q, ts.decode_time, pre)
-        out.append((r, des.simulate_engine(float(r.rate[0]), d, eng, ts.decode_time, ts.S_TOK,
-                                           (st.isl_points, st.isl_probs), ts.OSL, n_requests=20_000, seed=3,
-                                           arrival_scv=ca2)))
+        sims = [des.simulate_engine(float(r.rate[0]), d, eng, ts.decode_time, ts.S_TOK, (st.isl_points, st.isl_probs),
+                                    ts.OSL, n_requests=20_000, seed=s, arrival_scv=ca2) for s in seeds]
+        out.append((r, sims[0] if len(sims) == 1 else _SeedMean(sims)))
     return out
+
+
+class _SeedMean:
+    """The mean of several DES runs' figures (attribute access as on one run)."""
+
+    def __init__(self, runs):
+        self.runs = runs
+
+    def __getattr__(self, name):
+        return float(np.mean([getattr(r, name) for r in self.runs]))
 
 
 def test_engine_with_attention_ranks_orders_burstiness_as_its_des():
@@ -281,15 +292,23 @@ def test_switching_rates_closed_form_is_nearer_the_des_than_one_renewal_dispersi
 def test_chunked_budget_backlog_follows_the_arrivals_dispersion(load):
     # One rank, 512-token chunked budget (tests/test_scheduler.py's costs): the prompts waiting for
     # the budget form a token queue whose backlog scales with the arrival count's dispersion
-    # (Kingman, ``scheduler.rank_backlog``). Measured against the DES (20,000 requests, seed 3):
-    # c_a² = 0.25 mean / p99 TTFT +11 / +11 % at 60 % load, +15 / +8 % at 90 % (Poisson's backlog:
-    # +12 / +24 %, +39 / +62 %); c_a² = 4 −22 / −26 % and −31 / −34 % (−23 / −51 %, −56 / −72 %).
+    # (Kingman, ``scheduler.rank_backlog``), and so does the diffusion length of its tail
+    # (``scheduler.backlog_decay`` × the same factor). Measured against the DES (20,000 requests, seed
+    # 3; 2026-11-27): c_a² = 0.25 mean / p99 TTFT +11 / +11 % at 60 % load, +15 / +8 % at 90 %
+    # (Poisson's backlog: +12 / +24 %, +39 / +62 %); c_a² = 4 −22 / −26 % and −31 / −34 % (−23 / −51 %,
+    # −56 / −72 %). Against seeds 1-4 (2026-11-29, thirty-seventh session), before / since the prompts
+    # behind a carried backlog keep its exponential tail and the backlog the decoders it feeds:
+    # c_a² = 0.25 +10.9 / +9.4 → +10.9 / +10.6 % at 60 %, +12.0 / −5.4 → +15.1 / +7.1 % at 90 %;
+    # Poisson −0.4 / −10.7 → −0.2 / −8.1 %, −7.1 / −24.5 → −0.3 / −8.9 %; c_a² = 4 −21.4 / −21.9 →
+    # −20.8 / −15.6 %, −28.7 / −36.7 → −13.8 / −16.6 % (seed 3 alone put c_a² = 0.25 at 90 % at
+    # +18.6 / +21.8 %: the oracle is the seeds' mean).
     got = {ca2: (float(r.ttft_mean[0]), float(r.ttft_p99[0]), s.ttft_mean, s.ttft_p)
-           for ca2, (r, s) in zip((0.25, 1.0, 4.0), engine_against_des(1, "chunk512", load, (0.25, 1.0, 4.0)))}
+           for ca2, (r, s) in zip((0.25, 1.0, 4.0),
+                                  engine_against_des(1, "chunk512", load, (0.25, 1.0, 4.0), seeds=(1, 2, 3, 4)))}
     m, p, sm, sp = got[0.25]
     assert m == pytest.approx(sm, rel=0.20) and p == pytest.approx(sp, rel=0.20)
     m, p, sm, sp = got[4.0]
-    assert m == pytest.approx(sm, rel=0.40) and p == pytest.approx(sp, rel=0.40)
+    assert m == pytest.approx(sm, rel=0.25) and p == pytest.approx(sp, rel=0.25)
     for k in (0, 1, 2, 3):  # smoother arrivals wait less, in the model as in the DES
         assert 0.0 < got[0.25][k] < got[1.0][k] < got[4.0][k]
 
