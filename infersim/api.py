@@ -154,6 +154,16 @@ def _latency_slack(res: Result, i: int, j: int, limits, finite: bool = True) -> 
     return None if finite and not np.isfinite(v) else v
 
 
+def _limit_slacks(res: Result, i: int, j: int, limits) -> dict[str, float]:
+    """1 − p99/limit of point (i, j) per latency limit (its ``ServingResult`` field), where finite."""
+    out = {}
+    for _, key, limit_s in limits:
+        v = 1.0 - float(latency_figure(res, key)[i, j]) / limit_s
+        if np.isfinite(v):
+            out[key] = v
+    return out
+
+
 def _slack(res: Result, i: int, j: int, limits) -> float:
     """``_latency_slack`` as is (not finite included), else 0 at a point within its limits and −1
     at one outside them."""
@@ -251,6 +261,9 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
     # keeps the largest that holds and the next that fails above it; until the bracket is 2⁻⁶ of
     # its first width or a held try is within ``REFINE_SLACK`` of its limit
     held, lo_b, hi_b, s_a, s_b = None, lo, failed, _latency_slack(res, i, j, limits), s_failed
+    # each end's slack per limit (the secant roots below)
+    per_a = _limit_slacks(res, i, j, limits)
+    per_b = _limit_slacks(got, 0, tries.index(failed), limits)
     evaluated = [(got, k) for k in range(len(tries), len(tries) + len(guards))]
     for n in range(REFINE_ROUNDS + 1):
         moved_lo = moved_hi = False
@@ -260,17 +273,30 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
                 continue
             if r.ok[0, k]:
                 held, lo_b, s_a, moved_lo = (r, k), b, _latency_slack(r, 0, k, limits), True
+                per_a = _limit_slacks(r, 0, k, limits)
             else:  # the lowest failure above the largest held batch closes the bracket
                 hi_b, s_b, moved_hi = b, _latency_slack(r, 0, k, limits), True
+                per_b = _limit_slacks(r, 0, k, limits)
                 break
         if held is not None and s_a is not None and s_a < REFINE_SLACK or hi_b - lo_b <= width or n == REFINE_ROUNDS:
             break
         if n > 0 and moved_lo and not moved_hi and s_b is not None:  # Illinois: an end kept has its slack halved
             s_b *= 0.5
+            per_b = {k_: 0.5 * v for k_, v in per_b.items()}
         if n > 0 and moved_hi and not moved_lo and s_a is not None:
             s_a *= 0.5
+            per_a = {k_: 0.5 * v for k_, v in per_a.items()}
         w = hi_b - lo_b
-        if s_a is not None and s_b is not None and s_a > 0.0 > s_b:
+        # each limit crossed inside the bracket has its own secant root; the first is where the
+        # batch stops meeting them all (the smallest slack's secant mixes one limit's slack at one
+        # end with another's at the other: B300 v6.0 Llama-2-70B Interactive TP1, 362.9 → 396.5,
+        # p99 TPOT binding at the first, p99 TTFT far past its limit at the second, put its root at
+        # 363.7 where the TTFT's own is 367.6 and the crossing 371.9)
+        roots = [lo_b + w * per_a[k_] / (per_a[k_] - per_b[k_]) for k_ in per_a
+                 if k_ in per_b and per_a[k_] > 0.0 > per_b[k_]]
+        if roots:
+            mid = min(max(min(roots), lo_b + 0.05 * w), hi_b - 0.05 * w)
+        elif s_a is not None and s_b is not None and s_a > 0.0 > s_b:
             mid = lo_b + w * s_a / (s_a - s_b)
             mid = min(max(mid, lo_b + 0.05 * w), hi_b - 0.05 * w)
         else:
