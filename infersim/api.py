@@ -149,19 +149,18 @@ def _latency_slack(res: Result, i: int, j: int, limits, finite: bool = True) -> 
     with ``finite``, where the figure is not finite."""
     if not limits or (not res.ok[i, j] and Reason(int(res.reason[i, j])) not in {code for code, _, _ in limits}):
         return None
-    v = min(1.0 - float(latency_figure(res, key)[i, j]) / limit_s
-            for _, key, limit_s in limits)
+    v = min(_each_slack(res, i, j, limits).values())
     return None if finite and not np.isfinite(v) else v
 
 
+def _each_slack(res: Result, i: int, j: int, limits) -> dict[str, float]:
+    """1 − p99/limit of point (i, j) per latency limit (its ``ServingResult`` field)."""
+    return {key: 1.0 - float(latency_figure(res, key)[i, j]) / limit_s for _, key, limit_s in limits}
+
+
 def _limit_slacks(res: Result, i: int, j: int, limits) -> dict[str, float]:
-    """1 − p99/limit of point (i, j) per latency limit (its ``ServingResult`` field), where finite."""
-    out = {}
-    for _, key, limit_s in limits:
-        v = 1.0 - float(latency_figure(res, key)[i, j]) / limit_s
-        if np.isfinite(v):
-            out[key] = v
-    return out
+    """``_each_slack`` where finite."""
+    return {k: v for k, v in _each_slack(res, i, j, limits).items() if np.isfinite(v)}
 
 
 def _slack(res: Result, i: int, j: int, limits) -> float:

@@ -523,6 +523,13 @@ def reflected_ou(kingman_mean, drift, restoring):
     return np.where(use, mean, k), np.where(use, np.clip(cv2, 0.0, 1.0), 1.0)
 
 
+def kingman_factor(stats: WorkloadStats, c2):
+    """(Var ISL + c²·E[ISL]²)/E[ISL²]: how a rank's prompt-token backlog, and the diffusion length of
+    its tail, scale when its arrival count has index of dispersion c² instead of Poisson's 1."""
+    var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
+    return (var_isl + c2 * stats.isl_mean**2) / stats.isl_sq
+
+
 def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, drift=None):
     """A rank's mean carried backlog (ISL tokens) from the one of a rank fed by a compound Poisson
     stream of prompts (arrays, d broadcast). The backlog, which integrates many periods, scales as
@@ -550,10 +557,9 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, 
     one = np.ones(np.shape(backlog))
     if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog, one
-    var_isl = max(stats.isl_sq - stats.isl_mean**2, 0.0)
 
-    def kingman(c2):  # the backlog's factor at count dispersion c2
-        return (var_isl + c2 * stats.isl_mean**2) / stats.isl_sq
+    def kingman(c2):
+        return kingman_factor(stats, c2)
 
     d = np.asarray(d)
     backlog = np.asarray(backlog, dtype=float)
@@ -1218,6 +1224,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     # stall of one more prompt on the busiest rank (the requests that come with a tagged one)
     s_extra = np.where(d > 1, s_tok * stats.isl_mean * prompt_scale / d, s_mean)
     extra = None
+    slope = (t_up - t_d) / (up - batch)
     if budget:  # the backlog of a rank's queue at its mean arrivals per context iteration
         m_rank = batch * L / stats.osl_mean * eg / d
         eg_b = eg
@@ -1261,12 +1268,11 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             # on one rank the decoders that working it off adds lengthen it (``backlog_feedback``)
             # (renewal arrivals: the diffusion's rate 2·slack/Var, the count's variance scaled by
             # their dispersion c_a², and no longer than the backlog's mean, ``rank_backlog``)
-            ca2 = np.asarray(stats.arrival_scv, dtype=float)
-            spread = (stats.isl_sq - (1.0 - ca2) * stats.isl_mean**2) / stats.isl_sq
+            spread = kingman_factor(stats, np.asarray(stats.arrival_scv, dtype=float))
             with np.errstate(divide="ignore", invalid="ignore"):
                 decay = np.minimum(backlog_decay(stats, m_full, cap) * spread, np.where(p_u > 0, back_u / p_u, np.inf))
-            longer = np.where(d == 1, backlog_feedback(decay, stats, p_u, q, m_full, cap, rate_it,
-                                                       (t_up - t_d) / (up - batch), s_tok, dq, prompt_scale, L), 1.0)
+            longer = np.where(d == 1, backlog_feedback(decay, stats, p_u, q, m_full, cap, rate_it, slope, s_tok, dq,
+                                                       prompt_scale, L), 1.0)
             back_u, decay = back_u * longer, np.where(ungated, decay * longer, np.inf)
             if engine.instance_dispatch == "fewest_tokens" and np.any(np.asarray(instances) > 1):
                 # the instances' prompt queues pooled (one rank each; with attention DP the ranks'
@@ -1318,7 +1324,6 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             p_str = np.clip(carried / np.maximum(m_rank, 1e-30), 0.0, 1.0)
             k_mean = np.where(gated, k_mean + p_str * (t_d + s_tok * tail * prompt_scale) / full, k_mean)
             extra = (k_mean, k_var, np.maximum(p_k, np.where(gated, p_str, 0.0)), full)
-    slope = (t_up - t_d) / (up - batch)
     # the iteration that admits a tagged prompt carries it and the prompts that came during the
     # (length-biased) iteration or gate period it waited through: the busiest rank's tokens of that
     # count, which grow less than in proportion with it over d ranks (no chunked budget; d = 1 is
@@ -1392,6 +1397,11 @@ def whole_prompt_budget(stats: WorkloadStats, free):
     return np.maximum(free - stats.prompt_overshoot, 0.5 * free)
 
 
+def _carried_budgets(backlog, p_over, stable, cap):
+    """E[W | W > 0] in budgets: the mean backlog a prompt finds when it finds one (0 where unstable)."""
+    return np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
+
+
 def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=None, start_var=0.0, fit=None,
               backlog_cv2=1.0):
     """Mean and variance of Z = (W + A + P)/budget given W = 0 (over ``fit``, default ``cap``) and
@@ -1402,7 +1412,7 @@ def _budget_z(stats: WorkloadStats, ahead, cap, p_over, backlog, stable, start=N
     own, own_var = (mu, m2 - mu * mu) if start is None else (start, start_var)
     fit = cap if fit is None else fit
     tokens, tokens_var = ahead * mu + own, ahead * m2 + own_var
-    wpos = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
+    wpos = _carried_budgets(backlog, p_over, stable, cap)
     return tokens / fit, tokens_var / fit**2, tokens / cap + wpos, tokens_var / cap**2 + backlog_cv2 * wpos * wpos
 
 
@@ -1440,8 +1450,7 @@ def budget_wait(stats: WorkloadStats, count, cap, p_over, backlog, stable, start
     out = np.where(stable, e1, np.inf), np.where(stable, np.maximum(e2 - e1 * e1, 0.0), np.inf), p1
     if not split:
         return out
-    w_mean = np.where(stable, backlog / np.maximum(p_over, 1e-12), 0.0) / cap
-    return out + ((s1, np.maximum(s1sq - s1 * s1, 0.0), p_carried, w_mean),)
+    return out + ((s1, np.maximum(s1sq - s1 * s1, 0.0), p_carried, _carried_budgets(backlog, p_over, stable, cap)),)
 
 
 def _ahead_wait_sums(stats: WorkloadStats, ahead, cap, own):
@@ -1772,7 +1781,7 @@ def _gamma_exp_survival(t, m, v, tau):
 def _mixture_quantile(parts, q: float, start, iters: int = 10):
     """The q-quantile of a mixture of gamma-plus-exponential components, parts = [(weight, mean,
     variance, τ), ...] (``_gamma_exp_survival``): Newton from ``start`` (a first estimate),
-    safeguarded by the bracket its own iterates establish."""
+    safeguarded by the bracket its own iterates establish (``serving.newton_or_bisect``)."""
     total = np.maximum(sum(np.asarray(w, dtype=float) for w, *_ in parts), 1e-300)
 
     def excess(t):  # P(T > t) − (1 − q) and the density
@@ -1782,22 +1791,18 @@ def _mixture_quantile(parts, q: float, start, iters: int = 10):
             sf, dens = sf + w * a, dens + w * b
         return sf / total - (1.0 - q), dens / total
 
-    x0 = np.maximum(np.asarray(start, dtype=float), 1e-9)
-    t, lo, hi = x0, np.zeros_like(x0), np.full_like(x0, np.inf)
-    done = np.zeros(t.shape, dtype=bool)
+    t = np.maximum(np.asarray(start, dtype=float), 1e-9)
+    lo, hi = np.zeros_like(t), np.full_like(t, np.inf)
     for _ in range(iters):
         f, dens = excess(t)
-        # a point whose tail is within a millionth of its target stays (each point's own iterates
-        # alone decide, so a point priced alone equals the same point in a grid)
-        done |= np.abs(f) < 1e-6 * (1.0 - q)
-        if np.all(done):
-            break
         lo, hi = np.where(f > 0.0, t, lo), np.where(f > 0.0, hi, t)
         with np.errstate(divide="ignore", invalid="ignore"):
             step = t + f / np.maximum(dens, 1e-300)
-        # outside the bracket: halve it, or double t while no upper end is known
-        nxt = np.where((step >= lo) & (step <= hi), step, np.where(np.isfinite(hi), 0.5 * (lo + hi), 2.0 * t))
-        t = np.where(done, t, nxt)
+        # outside the bracket: halve it, or double t while no upper end is known; a point at its
+        # root stays (each point's own iterates decide: a point priced alone equals it in a grid)
+        t, stay = newton_or_bisect(t, step, lo, hi, np.where(np.isfinite(hi), 0.5 * (lo + hi), 2.0 * t))
+        if np.all(stay):
+            break
     return t
 
 
