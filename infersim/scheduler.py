@@ -95,9 +95,12 @@ class EngineResult(ServingResult):
     gate_iters: np.ndarray | None = None
     """Mean iterations between context iterations."""
     busiest_prompt_tokens: np.ndarray | None = None
+    """Mean prompt tokens of the busiest rank in a context iteration."""
     decode_rows: np.ndarray | None = None
     """Expected decode rows per rank (busiest rank padded to its captured graph size)."""
-    """Mean prompt tokens of the busiest rank in a context iteration."""
+    decode_slope: np.ndarray | None = None
+    """The decode iteration's slope dt_d/dB (seconds per sequence of occupancy) that the decode
+    count's drift (``serving.decode_drift``) prices the TPOT tail with."""
     ttft_p50: np.ndarray | None = None
     tpot_p50: np.ndarray | None = None
     ok: np.ndarray | None = None
@@ -1203,8 +1206,8 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
             off1 = rate * stall / d * ctx_share
             f, vg, g3 = gate_moments(engine, batch, d, rate * t_d / d, rate * stall / d, carried, first_offset=off1)
             if search and step < steps - 1:
-                up = f > eg
-                lo, hi = np.where(up, eg, lo), np.where(up, hi, eg)
+                above = f > eg
+                lo, hi = np.where(above, eg, lo), np.where(above, hi, eg)
                 eg = np.where(gated, 0.5 * (lo + hi), f) if step > 0 else f
             else:
                 eg = f
@@ -1342,6 +1345,7 @@ def engine_queue(engine, d, batch, stats: WorkloadStats, L: float, q: float, dec
     res.ok, res.reason = limits(engine, batch, d, stats, q, big_mean, big_var, dq)
     res.busiest_prompt_tokens = big_mean
     res.decode_rows = rows
+    res.decode_slope = slope
     return res
 
 

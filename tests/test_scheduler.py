@@ -1025,3 +1025,20 @@ def test_carried_backlog_keeps_its_exponential_tail(monkeypatch):
     gamma = closed(eng, 1, batch)
     assert float(gamma.ttft_p99[0]) < float(short.ttft_p99[0]) < float(r.ttft_p99[0])
     assert float(gamma.ttft_p99[0]) < 0.85 * p99
+
+
+@pytest.mark.parametrize("gate", ["off", "6/2", "9/3"])
+def test_decode_slope_is_the_decode_steps_own(gate):
+    """The TPOT tail's drift slope dt_d/dB is the decode iteration's change per sequence of
+    occupancy, whatever the gate: the gated chunked fixed point's bisection once reused the name of
+    the bumped occupancy for its bracket mask, so the slope came out negative there (its TPOT p99
+    1.8-4.2 points low at 30-60 % load)."""
+    T, W = GATES[gate]
+    eng = Engine(max_batch_size=CAP[8], max_num_tokens=512, chunked_prefill=True, gate_timeout_iters=T,
+                 gate_wait_iters=W, rank_router="random")
+    b = np.array([80.0, 160.0, 320.0])
+    step = 0.02
+    r0, r1 = closed(eng, 8, b), closed(eng, 8, b * (1 + step))
+    rows_slope = (decode_time(r1.decode_rows) - decode_time(r0.decode_rows)) / (step * b)
+    assert np.all(r0.decode_slope > 0)
+    np.testing.assert_allclose(r0.decode_slope, rows_slope, rtol=0.25)
