@@ -7,6 +7,7 @@ The public API (units are SI: seconds, tokens/s, US$)::
     pred.to_dict()["tokens_per_s_per_accelerator"]
     results = infersim.evaluate(infersim.Query.build("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8))
     rows = infersim.explain(pred)                                         # per-operator step times
+    infersim.explain_prompt(pred)["rows"]                                 # and one prompt token's
 
 Heavy parts (validation, calibration, plots) load on first use, so ``import infersim`` stays fast.
 """
@@ -22,6 +23,7 @@ _LAZY = {
     "predict": ("api", "predict"),
     "evaluate": ("api", "evaluate"),
     "explain": ("api", "explain"),
+    "explain_prompt": ("api", "explain_prompt"),
     "Prediction": ("api", "Prediction"),
     "Query": ("query", "Query"),
     "Inputs": ("query", "Inputs"),

@@ -245,7 +245,7 @@ def run_cmd(
     tco_pue: float = typer.Option(1.3, "--tco-pue", help="TCO mode: data-centre power usage effectiveness."),
     tco_kwh: float = typer.Option(0.10, "--tco-usd-per-kwh", help="TCO mode: electricity price, US$/kWh."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
-    explain: bool = typer.Option(False, "--explain", help="Also print the per-operator table of the decode step."),
+    explain: bool = typer.Option(False, "--explain", help="Also print the per-operator tables of the decode step and of one prompt token."),
     qps: Optional[float] = typer.Option(None, "--qps", help="Predict at this load, requests/s for the whole system (Server/Interactive): tokens/s, occupancy, iteration time, TTFT/TPOT p50/p99, or the limit that breaks (exit 1)."),
     samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
     top: int = typer.Option(0, "--top", help="Also list the N best other configurations the search evaluated (layout and optimizations, best batch each, what stops it), 1-100."),
@@ -289,6 +289,7 @@ def run_cmd(
     if fmt == OutputFormat.json:
         if explain:
             d["explain"] = api.explain(pred)
+            d["explain_prompt"] = api.explain_prompt(pred)
         if others is not None:
             d["runners_up"] = others
         typer.echo(report.to_json(d))
@@ -298,6 +299,11 @@ def run_cmd(
             console.print(table)
         if explain:
             console.print(report.explain_table(api.explain(pred)))
+            prompt = api.explain_prompt(pred)
+            if prompt is not None:
+                console.print(report.explain_prompt_table(prompt))
+            elif "disagg" in (pred.result.pools if pred.result is not None else {}):
+                console.print("prompt tokens run on the prefill pool's own layout (disaggregated): not priced per operator here")
         if others:
             console.print(report.runners_up_table(others))
     if not pred.feasible:

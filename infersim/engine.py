@@ -254,7 +254,11 @@ def step_cost(plan: Plan, layout: Layout, shape: Shape, *, detail: bool = False)
     out = {k: np.asarray(v * scale * pp) for k, v in whole.by_kind.items() if k not in ("comm", "overhead")}
     out["comm"] = np.asarray(comm_exposed * pp)
     out["overhead"] = np.asarray(overhead)
-    by_op = None if whole.by_op is None else {k: np.asarray(v * pp) for k, v in whole.by_op.items()}
+    by_op = None
+    if whole.by_op is not None:  # as the kinds: compute ops at the chosen branch's scale, collectives at their exposed share
+        with np.errstate(invalid="ignore", divide="ignore"):
+            shown = np.where(comm_total > 0, comm_exposed / np.where(comm_total > 0, comm_total, 1.0), 1.0)
+        by_op = {k: np.asarray(v * (shown if whole.op_info[k][0] == "comm" else scale) * pp) for k, v in whole.by_op.items()}
     return StepCost(total=np.asarray(total), by_kind=out, compute_bound=np.asarray(whole.compute_bound * scale * pp),
                     memory_bound=np.asarray(whole.memory_bound * scale * pp), comm_exposed=np.asarray(comm_exposed * pp),
                     by_op=by_op, op_info=whole.op_info)

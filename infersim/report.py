@@ -134,6 +134,18 @@ def explain_table(rows: list[dict[str, Any]]) -> Table:
     return t
 
 
+def explain_prompt_table(e: dict[str, Any]) -> Table:
+    """``api.explain_prompt``: what one prompt token costs, by operator (µs per token)."""
+    t = Table(title=f"per-operator time of one prompt token ({_num(e['seconds_per_token'] * 1e6, 2)} µs; one mean prompt "
+                    f"of {_num(e['prompt_tokens'], 0)} tokens beside the decode step: {e['prompt_s'] * 1e3:.1f} ms)",
+              title_justify="left")
+    for col, just in (("op", "left"), ("kind", "left"), ("bound", "left"), ("µs", "right"), ("share", "right")):
+        t.add_column(col, justify=just)
+    for r in e["rows"]:
+        t.add_row(r["op"], r["kind"], r["bound"], f"{r['time_s'] * 1e6:.3f}", f"{r['share']:.1%}")
+    return t
+
+
 def to_json(obj: Any) -> str:
     """JSON with non-finite floats written as null (strict JSON)."""
     def clean(x):
@@ -150,7 +162,7 @@ def to_json(obj: Any) -> str:
     return json.dumps(clean(obj), indent=2)
 
 
-__all__ = ["kv_table", "prediction_tables", "explain_table", "to_json", "write_atomic", "save_figure"]
+__all__ = ["kv_table", "prediction_tables", "explain_table", "explain_prompt_table", "to_json", "write_atomic", "save_figure"]
 
 
 def save_figure(fig, path, fmt: str = "png"):

@@ -155,6 +155,38 @@ def test_explain_prices_exactly_the_predicted_step(chat_prediction):
     assert all(r["time_s"] > 0 for r in rows)
 
 
+def test_explain_prompt_prices_one_prompt_token():
+    """``api.explain_prompt``: one mean prompt beside the chosen decode step, by operator, per prompt
+    token. The rows add up to the per-token cost and the prompt's time to it times its length; the
+    prompt's attention over its own context doubles with its length (E[ISL²]/E[ISL]) while its GEMMs
+    per token stay within 10 %; tensor parallelism adds the all-reduces; a disaggregated
+    configuration prefills on its own pool's layout and is not priced here."""
+    parts = {}
+    for isl in (1000, 2000):
+        pred = api.predict("h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-offline", 1, isl=isl, tp=1, batch=64)
+        e = api.explain_prompt(pred)
+        assert e["prompt_tokens"] == pytest.approx(isl)
+        assert sum(r["time_s"] for r in e["rows"]) == pytest.approx(e["seconds_per_token"], rel=1e-9)
+        assert sum(r["share"] for r in e["rows"]) == pytest.approx(1.0)
+        assert e["prompt_s"] == pytest.approx(e["seconds_per_token"] * isl)
+        assert not any(r["kind"] == "comm" for r in e["rows"])
+        parts[isl] = ({r["op"]: r["time_s"] for r in e["rows"]},
+                      sum(r["time_s"] for r in e["rows"] if r["kind"] == "gemm"))
+    assert parts[2000][0]["attention_prefill"] / parts[1000][0]["attention_prefill"] == pytest.approx(2.0, rel=0.05)
+    assert parts[2000][1] == pytest.approx(parts[1000][1], rel=0.10)
+    tp2 = api.explain_prompt(api.predict("h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-offline", 2, tp=2, batch=64))
+    assert {"attn_all_reduce", "mlp_all_reduce"} <= {r["op"] for r in tp2["rows"]}
+    disagg = api.predict("h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-server", 8, enable=["disagg"])
+    assert "disagg" in disagg.result.pools and api.explain_prompt(disagg) is None
+    # under the overlap optimization a prompt step runs as two micro-batches, half its all-reduces
+    # hidden: the operators split the step as its kinds do (the collectives at their exposed share)
+    big = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v6.0")
+    assert big.config["tp"] > 1 and "overlap" in big.config["optimizations"]
+    e = api.explain_prompt(big)
+    assert sum(r["time_s"] for r in e["rows"]) == pytest.approx(e["seconds_per_token"], rel=1e-9)
+    assert 0.0 < sum(r["share"] for r in e["rows"] if r["kind"] == "comm") < 0.5
+
+
 def test_pareto_points_are_non_dominated_and_flag_limits(chat_prediction):
     from infersim.pareto import frontier_points
 
@@ -224,6 +256,8 @@ def test_run_json_and_explain_through_the_cli(runner):
     d = json.loads(r.stdout)
     assert d["feasible"] and d["explain"] and d["tokens_per_s"] > 0
     assert sum(x["time_s"] for x in d["explain"]) == pytest.approx(d["breakdown"]["step_s"], rel=1e-9)
+    e = d["explain_prompt"]
+    assert e["rows"] and sum(x["time_s"] for x in e["rows"]) == pytest.approx(e["seconds_per_token"], rel=1e-9)
 
 
 def test_pareto_and_ablate_through_the_cli(runner):
