@@ -496,49 +496,67 @@ def explain(pred: Prediction) -> list[dict[str, Any]]:
 
 
 def explain_prompt(pred: Prediction) -> dict[str, Any] | None:
-    """What one prompt token costs at the chosen point, by operator: the chosen step's decode batch
-    with one mean prompt beside it (E[ISL] new tokens after prefix-cache hits, E[ISL²] for its
-    attention over its own context, on one attention rank), less the decode step alone, per prompt
-    token. The GEMMs it streams, its share of the tensor-parallel all-reduces, its attention and the
-    eager launches of a step that carries prompt tokens: what a prompt's prefill, and so its TTFT, is
-    made of on this layout. None where nothing is chosen, and for a disaggregated configuration
-    (its prompts run on the prefill pool's own layout, not the decode step's).
+    """What one prompt token costs at the chosen point, by operator. Aggregated: the chosen step's
+    decode batch with one mean prompt beside it (E[ISL] new tokens after prefix-cache hits, E[ISL²]
+    for its attention over its own context, on one attention rank), less the decode step alone, per
+    prompt token: the GEMMs it streams, its share of the tensor-parallel all-reduces, its attention
+    and the eager launches of a step that carries prompt tokens. Disaggregated: one mean prompt alone
+    on a prefill worker of the chosen prefill layout (``disagg_eval.prefill_options``' ``t_alone``),
+    launches and host time included. What a prompt's prefill, and so its TTFT, is made of. None where
+    nothing is chosen.
 
-    Returns {"prompt_tokens", "seconds_per_token", "prompt_s", "rows"}: rows as ``explain``'s (op,
-    kind, bound, time_s per prompt token, share of it), the launch and host increment last.
+    Returns {"where" ("beside the decode step" or "prefill worker"), "layout", "prompt_tokens",
+    "seconds_per_token", "prompt_s", "rows"}: rows as ``explain``'s (op, kind, bound, time_s per
+    prompt token, share of it), the launch and host time last.
     """
     from .engine import step_cost
+    from .graph import Layout, Shape
     from .serving import _prefill, prefix_hit, rank_imbalance
 
     res = pred.result
-    if not pred.feasible or res is None or pred.index is None or "disagg" in res.pools:
+    if not pred.feasible or res is None or pred.index is None:
         return None
     i, j = pred.index
-    layout = res.layout_at(i)
     st = res.stats
-    workers = float(pred.config.get("replicas", 1) or 1)
+    disagg = "disagg" in res.pools
+    if disagg:  # the prefill worker's own layout, as the pool priced it (workers: the accelerators over its size)
+        lay = pred.config["prefill_layout"]
+        layout = Layout(tp=lay["tp"], pp=lay["pp"], ep=lay["ep"], dp=lay["dp"])
+        workers = pred.accelerators / float(lay["tp"] * lay["pp"])
+    else:
+        layout = res.layout_at(i)
+        workers = float(pred.config.get("replicas", 1) or 1)
     plen, plen_sq = _prefill(st, prefix_hit(res.plan, workers))
     plen, plen_sq = float(np.ravel(plen)[0]), float(np.ravel(plen_sq)[0])
     if not plen > 0.0:
         return None
-    decode = replace(res.shape_at(i, j), prefill_seqs=0.0)
-    one = replace(decode, prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq,
+    prompt = dict(prefill_seqs=1.0, prefill_len=plen, prefill_len_sq=plen_sq,
                   prefill_rank_imbalance=float(rank_imbalance(1.0, layout.dp)),
                   prefill_patches=st.vision_patches, prefill_patches_sq=st.vision_patches_sq)
-    base, plus = (step_cost(res.plan, layout, s, detail=True) for s in (decode, one))
-    per_token = (float(plus.total) - float(base.total)) / plen
+    if disagg:
+        plus, base = step_cost(res.plan, layout, Shape(**prompt), detail=True), None
+    else:
+        decode = replace(res.shape_at(i, j), prefill_seqs=0.0)
+        base, plus = (step_cost(res.plan, layout, s, detail=True) for s in (decode, replace(decode, **prompt)))
+
+    def less(a, b):  # the prompt's part of a figure: all of it on a prefill worker
+        return float(a) - (0.0 if base is None else float(b))
+
+    per_token = less(plus.total, None if base is None else base.total) / plen
     rows = []
     for name, t in plus.by_op.items():
-        dt = (float(t) - float(base.by_op.get(name, 0.0))) / plen
+        dt = less(t, None if base is None else base.by_op.get(name, 0.0)) / plen
         if dt > 1e-6 * per_token:  # ops the prompt does not touch (or by round-off only) are left out
             kind, bound = plus.op_info[name]
             rows.append({"op": name, "kind": kind, "bound": bound, "time_s": dt})
     rows.sort(key=lambda r: -r["time_s"])
-    extra = (float(plus.by_kind["overhead"]) - float(base.by_kind["overhead"])) / plen
+    extra = less(plus.by_kind["overhead"], None if base is None else base.by_kind["overhead"]) / plen
     rows.append({"op": "launch + host overhead", "kind": "overhead", "bound": "overhead", "time_s": extra})
     for r in rows:
         r["share"] = r["time_s"] / per_token if per_token > 0 else 0.0
-    return {"prompt_tokens": plen, "seconds_per_token": per_token, "prompt_s": per_token * plen, "rows": rows}
+    return {"where": "prefill worker" if disagg else "beside the decode step",
+            "layout": {"tp": int(layout.tp), "pp": int(layout.pp), "ep": int(layout.ep), "dp": int(layout.dp)},
+            "prompt_tokens": plen, "seconds_per_token": per_token, "prompt_s": per_token * plen, "rows": rows}
 
 
 __all__ = ["predict", "at_load", "evaluate", "explain", "explain_prompt", "load_inputs", "Prediction", "Inputs", "Query", "Reason",

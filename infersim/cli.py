@@ -302,8 +302,6 @@ def run_cmd(
             prompt = api.explain_prompt(pred)
             if prompt is not None:
                 console.print(report.explain_prompt_table(prompt))
-            elif "disagg" in (pred.result.pools if pred.result is not None else {}):
-                console.print("prompt tokens run on the prefill pool's own layout (disaggregated): not priced per operator here")
         if others:
             console.print(report.runners_up_table(others))
     if not pred.feasible:

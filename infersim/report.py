@@ -136,8 +136,11 @@ def explain_table(rows: list[dict[str, Any]]) -> Table:
 
 def explain_prompt_table(e: dict[str, Any]) -> Table:
     """``api.explain_prompt``: what one prompt token costs, by operator (µs per token)."""
+    lay = e["layout"]
+    where = ("alone on a prefill worker" if e["where"] == "prefill worker" else "beside the decode step") + \
+        f", tp {lay['tp']} · pp {lay['pp']} · ep {lay['ep']} · dp {lay['dp']}"
     t = Table(title=f"per-operator time of one prompt token ({_num(e['seconds_per_token'] * 1e6, 2)} µs; one mean prompt "
-                    f"of {_num(e['prompt_tokens'], 0)} tokens beside the decode step: {e['prompt_s'] * 1e3:.1f} ms)",
+                    f"of {_num(e['prompt_tokens'], 0)} tokens {where}: {e['prompt_s'] * 1e3:.1f} ms)",
               title_justify="left")
     for col, just in (("op", "left"), ("kind", "left"), ("bound", "left"), ("µs", "right"), ("share", "right")):
         t.add_column(col, justify=just)

@@ -176,8 +176,19 @@ def test_explain_prompt_prices_one_prompt_token():
     assert parts[2000][1] == pytest.approx(parts[1000][1], rel=0.10)
     tp2 = api.explain_prompt(api.predict("h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-offline", 2, tp=2, batch=64))
     assert {"attn_all_reduce", "mlp_all_reduce"} <= {r["op"] for r in tp2["rows"]}
+    # disaggregated: one prompt alone on a prefill worker of the chosen prefill layout, what the pool
+    # prices as a lone prompt's prefill (disagg_eval.PrefillPool.t_alone)
+    from infersim import disagg_eval
+
     disagg = api.predict("h100-sxm", "llama3.1-8b", "mlperf-llama3.1-8b-server", 8, enable=["disagg"])
-    assert "disagg" in disagg.result.pools and api.explain_prompt(disagg) is None
+    e = api.explain_prompt(disagg)
+    lay = disagg.config["prefill_layout"]
+    assert e["where"] == "prefill worker" and e["layout"] == {k: lay[k] for k in ("tp", "pp", "ep", "dp")}
+    assert not any(r["op"].startswith("attention_decode") for r in e["rows"])
+    assert sum(r["time_s"] for r in e["rows"]) == pytest.approx(e["seconds_per_token"], rel=1e-9)
+    pool, _ = disagg_eval.prefill_options(disagg.result.plan, disagg.result.stats,
+                                          {k: np.array([lay[k]]) for k in ("tp", "pp", "ep", "dp")}, 8, True)
+    assert e["prompt_s"] == pytest.approx(float(pool.t_alone[0]), rel=1e-9)
     # under the overlap optimization a prompt step runs as two micro-batches, half its all-reduces
     # hidden: the operators split the step as its kinds do (the collectives at their exposed share)
     big = api.predict("b200", "llama3.1-405b", "mlperf-llama3.1-405b-server", 8, round="v6.0")
