@@ -160,7 +160,8 @@ class Result:
     def shape_at(self, i: int, j: int) -> Shape:
         """The engine-step shape at one grid point (scalars)."""
         full = self.ok.shape
-        return Shape(**{k: float(np.broadcast_to(np.asarray(v, dtype=float), full)[i, j])
+        # a field left None (prefill_patches_sq: one image of prefill_patches) stays None, not NaN
+        return Shape(**{k: None if v is None else float(np.broadcast_to(np.asarray(v, dtype=float), full)[i, j])
                         for k, v in self.shape.__dict__.items()})
 
     def _at(self, a, i: int, j: int) -> float:

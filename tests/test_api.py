@@ -155,6 +155,21 @@ def test_explain_prices_exactly_the_predicted_step(chat_prediction):
     assert all(r["time_s"] > 0 for r in rows)
 
 
+def test_explain_of_a_vision_language_model_is_finite():
+    """A vision-language prompt's step carries its images (``Shape.prefill_patches_sq`` None: one image
+    of ``prefill_patches``): the chosen point's shape keeps that None (it had become NaN, and every
+    share of the decode table with it), and the prompt table prices the image's encoder and attention
+    beside its text."""
+    import math
+
+    pred = api.predict("b200", "qwen3-vl-235b-a22b", "mlperf-qwen3-vl-235b-a22b-server", 8, round="v6.0")
+    rows = api.explain(pred)
+    assert all(math.isfinite(r["share"]) for r in rows) and sum(r["share"] for r in rows) == pytest.approx(1.0)
+    e = api.explain_prompt(pred)
+    assert math.isfinite(e["seconds_per_token"]) and e["seconds_per_token"] > 0
+    assert {"vision_encoder", "vision_attention"} <= {r["op"] for r in e["rows"]}
+
+
 def test_explain_prompt_prices_one_prompt_token():
     """``api.explain_prompt``: one mean prompt beside the chosen decode step, by operator, per prompt
     token. The rows add up to the per-token cost and the prompt's time to it times its length; the
