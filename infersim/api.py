@@ -539,18 +539,18 @@ def explain_prompt(pred: Prediction) -> dict[str, Any] | None:
         decode = replace(res.shape_at(i, j), prefill_seqs=0.0)
         base, plus = (step_cost(res.plan, layout, s, detail=True) for s in (decode, replace(decode, **prompt)))
 
-    def less(a, b):  # the prompt's part of a figure: all of it on a prefill worker
-        return float(a) - (0.0 if base is None else float(b))
+    def per_prompt_token(get):  # the prompt's part of a figure, per token: all of it on a prefill worker
+        return (float(get(plus)) - (0.0 if base is None else float(get(base)))) / plen
 
-    per_token = less(plus.total, None if base is None else base.total) / plen
+    per_token = per_prompt_token(lambda c: c.total)
     rows = []
-    for name, t in plus.by_op.items():
-        dt = less(t, None if base is None else base.by_op.get(name, 0.0)) / plen
+    for name in plus.by_op:
+        dt = per_prompt_token(lambda c, n=name: c.by_op.get(n, 0.0))
         if dt > 1e-6 * per_token:  # ops the prompt does not touch (or by round-off only) are left out
             kind, bound = plus.op_info[name]
             rows.append({"op": name, "kind": kind, "bound": bound, "time_s": dt})
     rows.sort(key=lambda r: -r["time_s"])
-    extra = less(plus.by_kind["overhead"], None if base is None else base.by_kind["overhead"]) / plen
+    extra = per_prompt_token(lambda c: c.by_kind["overhead"])
     rows.append({"op": "launch + host overhead", "kind": "overhead", "bound": "overhead", "time_s": extra})
     for r in rows:
         r["share"] = r["time_s"] / per_token if per_token > 0 else 0.0

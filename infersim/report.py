@@ -125,13 +125,18 @@ def prediction_tables(d: dict[str, Any]) -> list[Table]:
     return [*tables, kv_table("configuration", conf), bt]
 
 
-def explain_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="per-operator time of one decode step (one instance)", title_justify="left")
-    for col, just in (("op", "left"), ("kind", "left"), ("bound", "left"), ("ms", "right"), ("share", "right")):
+def _operator_table(title: str, rows: list[dict[str, Any]], unit: str, per_second: float) -> Table:
+    """Per-operator rows (op, kind, bound, time_s, share) with their times in ``unit``."""
+    t = Table(title=title, title_justify="left")
+    for col, just in (("op", "left"), ("kind", "left"), ("bound", "left"), (unit, "right"), ("share", "right")):
         t.add_column(col, justify=just)
     for r in rows:
-        t.add_row(r["op"], r["kind"], r["bound"], f"{r['time_s'] * 1e3:.3f}", f"{r['share']:.1%}")
+        t.add_row(r["op"], r["kind"], r["bound"], f"{r['time_s'] * per_second:.3f}", f"{r['share']:.1%}")
     return t
+
+
+def explain_table(rows: list[dict[str, Any]]) -> Table:
+    return _operator_table("per-operator time of one decode step (one instance)", rows, "ms", 1e3)
 
 
 def explain_prompt_table(e: dict[str, Any]) -> Table:
@@ -139,14 +144,9 @@ def explain_prompt_table(e: dict[str, Any]) -> Table:
     lay = e["layout"]
     where = ("alone on a prefill worker" if e["where"] == "prefill worker" else "beside the decode step") + \
         f", tp {lay['tp']} · pp {lay['pp']} · ep {lay['ep']} · dp {lay['dp']}"
-    t = Table(title=f"per-operator time of one prompt token ({_num(e['seconds_per_token'] * 1e6, 2)} µs; one mean prompt "
-                    f"of {_num(e['prompt_tokens'], 0)} tokens {where}: {e['prompt_s'] * 1e3:.1f} ms)",
-              title_justify="left")
-    for col, just in (("op", "left"), ("kind", "left"), ("bound", "left"), ("µs", "right"), ("share", "right")):
-        t.add_column(col, justify=just)
-    for r in e["rows"]:
-        t.add_row(r["op"], r["kind"], r["bound"], f"{r['time_s'] * 1e6:.3f}", f"{r['share']:.1%}")
-    return t
+    return _operator_table(f"per-operator time of one prompt token ({_num(e['seconds_per_token'] * 1e6, 2)} µs; one mean "
+                           f"prompt of {_num(e['prompt_tokens'], 0)} tokens {where}: {e['prompt_s'] * 1e3:.1f} ms)",
+                           e["rows"], "µs", 1e6)
 
 
 def to_json(obj: Any) -> str:

@@ -157,16 +157,22 @@ COUNT_AXIS = np.geomspace(1e-3, 1e4, 141)
 """Expected prompts per rank per context iteration at which the busiest rank's tokens are tabulated."""
 
 
-@lru_cache(maxsize=16)
-def _cp_table(isl_points: tuple, isl_probs: tuple):
-    """``_cp_rows`` over the lattice part of ``COUNT_AXIS`` (shared by every d), with E[ISL], E[ISL²]."""
+def _isl_law(isl_points, isl_probs):
+    """The prompt lengths as arrays (x, p normalized) and their first two moments E[ISL], E[ISL²]."""
     x = np.asarray(isl_points, dtype=float)
     p = np.asarray(isl_probs, dtype=float)
     p = p / p.sum()
+    return x, p, float(np.sum(p * x)), float(np.sum(p * x * x))
+
+
+@lru_cache(maxsize=16)
+def _cp_table(isl_points: tuple, isl_probs: tuple):
+    """``_cp_rows`` over the lattice part of ``COUNT_AXIS`` (shared by every d), with E[ISL], E[ISL²]."""
+    x, p, mu, m2 = _isl_law(isl_points, isl_probs)
     grid, w, cdf = _cp_rows(x, p, COUNT_AXIS[COUNT_AXIS <= FFT_MAX_COUNT])
     # the tables integrate the cdf's tail: every ``stride``-th lattice point is enough
     stride = max(1, grid.size // LATTICE_POINTS)
-    return grid[::stride], (w * stride, w), np.ascontiguousarray(cdf[:, ::stride]), float(np.sum(p * x)), float(np.sum(p * x * x))
+    return grid[::stride], (w * stride, w), np.ascontiguousarray(cdf[:, ::stride]), mu, m2
 
 
 LATTICE_POINTS = 8192
@@ -215,10 +221,7 @@ def _balanced_table(isl_points: tuple, isl_probs: tuple, d: int):
 
 
 def _build_balanced_table(isl_points: tuple, isl_probs: tuple, d: int):
-    x = np.asarray(isl_points, dtype=float)
-    p = np.asarray(isl_probs, dtype=float)
-    p = p / p.sum()
-    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    x, p, mu, m2 = _isl_law(isl_points, isl_probs)
     var_x = m2 - mu * mu
     n_max = int(np.ceil(FFT_MAX_COUNT + 14.0 * np.sqrt(FFT_MAX_COUNT) + 2))
     w, size, phi = _length_lattice(x, p, n_max * mu + x.max())
@@ -295,8 +298,7 @@ def _rank_queue_table(isl_points: tuple, isl_probs: tuple):
         lm_eff[:, jc] = np.where(target < col[-1] * (1.0 - 1e-9), np.interp(target, col, lm), np.inf)
         le = np.minimum(lm_eff[:, jc], lm[-1])  # beyond the axis the rank is full
         pov[:, jc] = np.interp(le, lm, over[:, jc])
-    back = _lindley_backlog(np.asarray(isl_points, dtype=float), np.asarray(isl_probs, dtype=float) / np.sum(isl_probs),
-                            mu, m2, grid, cdf, ms, cs)
+    back = _lindley_backlog(*_isl_law(isl_points, isl_probs)[:2], mu, m2, grid, cdf, ms, cs)
     # tabulated relative to Kingman's m·E[ISL²]/(2(c − m·E[ISL])), which carries the pole at
     # m·E[ISL] = c (interpolating the backlog itself across it overstated it 1.3-2.6 × at load 0.9-0.95)
     ea = ms[:, None] * mu
@@ -340,10 +342,7 @@ def backlog_decay(stats: WorkloadStats, m, cap):
     ``m`` prompts arrive per context iteration and it takes ``cap`` tokens each (the Cramér-Lundberg
     rate of ``_lindley_backlog``; ∞ where m·E[ISL] ≥ cap). Near saturation it is the backlog's
     conditional mean; at lower loads shorter, the backlog then mostly a prompt's rest."""
-    x = np.asarray(stats.isl_points, dtype=float)
-    p = np.asarray(stats.isl_probs, dtype=float)
-    p = p / p.sum()
-    mu, m2 = float(np.sum(p * x)), float(np.sum(p * x * x))
+    x, p, mu, m2 = _isl_law(stats.isl_points, stats.isl_probs)
     m, c = (np.array(a, dtype=float) for a in np.broadcast_arrays(m, cap))
     out = np.full(m.shape, np.inf)
     ok = (m > 0) & (m * mu < c)
@@ -561,19 +560,16 @@ def rank_backlog(router: str, stats: WorkloadStats, backlog, d, restoring=None, 
     if not stats.isl_sq > 0.0 or not stats.osl_mean > 0.0:
         return backlog, one
 
-    def kingman(c2):
-        return kingman_factor(stats, c2)
-
     d = np.asarray(d)
     backlog = np.asarray(backlog, dtype=float)
     out = backlog
     if np.any(np.asarray(stats.arrival_scv) != 1.0):
         c2 = np.maximum(1.0 + (np.asarray(stats.arrival_scv) - 1.0) / np.maximum(d, 1), 0.0)
         with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite
-            out = np.where(np.isfinite(backlog), backlog * kingman(c2), backlog)
+            out = np.where(np.isfinite(backlog), backlog * kingman_factor(stats, c2), backlog)
     if router != "balanced":
         return out, one
-    factor = min(kingman(max(stats.osl_scv, 0.0)), 1.0)
+    factor = min(kingman_factor(stats, max(stats.osl_scv, 0.0)), 1.0)
     with np.errstate(invalid="ignore"):  # an unstable queue's backlog stays infinite (not finite: not used)
         bal, cv2 = backlog * factor, one
         if restoring is not None:
