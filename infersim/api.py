@@ -395,10 +395,10 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     results: list[Result] = []
     for transforms in sel.variants():
         plan = opt.apply_all(base, transforms)
-        # the serving model only where some layout fits in memory (the best point is there; the
-        # rest of the axis keeps the cheap checks' reasons for the messages: Result.reasons)
+        # the serving model only at the points that fit in memory (the best point, the runners-up,
+        # the Pareto frontier and the closest miss are there; the rest keep their reasons)
         results.append(search.evaluate(plan, query.inputs.scenario, query.accelerators, stats,
-                                       price_per_hour=query.price, fit_only=True))
+                                       price_per_hour=query.price, fit_points=True))
     n = query.accelerators
     picked = refined_best(results, query, stats)
     if picked is None:

@@ -156,7 +156,9 @@ class Result:
         columns that no layout fits count with the cheap checks' reasons)."""
         if self.unfit is None:
             return reason_counts(self.ok, self.reason)
-        return reason_counts(np.zeros((self.ok.shape[0], len(self.unfit.batch)), dtype=bool), self.full_reason())
+        ok = np.zeros((self.ok.shape[0], len(self.unfit.batch)), dtype=bool)
+        ok[:, self.unfit.columns] = self.ok
+        return reason_counts(ok, self.full_reason())
 
     def full_reason(self) -> np.ndarray:
         """The reason code per [layout, batch] point over the whole batch axis (``reason`` itself
