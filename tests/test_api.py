@@ -404,3 +404,44 @@ def test_no_closest_point_where_no_latency_limit_rejected_anything():
     pred = infersim.predict("l40s", "llama3.1-405b", "mlperf-llama3.1-405b-server", 1)
     assert not pred.feasible and "closest" not in pred.breakdown and "closest" not in pred.reason
     assert closest_to_limits(pred.results, pred.inputs.scenario) is None
+
+
+@pytest.mark.parametrize("case", [
+    ("h100-sxm", "llama2-70b", "mlperf-llama2-70b-server", 8, "v5.1"),  # dense, Server, no attention DP
+    ("b200", "deepseek-r1", "mlperf-deepseek-r1-server", 8, "v6.0"),  # attention DP: the gated engine
+    ("b200", "deepseek-r1", "mlperf-deepseek-r1-offline", 8, "v6.0"),  # Offline with the gate walk
+])
+def test_prediction_grid_prices_only_the_points_that_fit(case):
+    """``api.predict`` runs the serving model only at the [layout, batch] points that fit in memory
+    (``search.evaluate(fit_points=True)``): there every metric equals the full grid's to the last
+    bits (numpy's vectorized transcendentals may round a contiguous flat axis and a broadcast grid
+    one unit apart: 1 of 380 points of the dense case is 1 ulp off), the reasons over the whole
+    axis are the full grid's (``Result.full_reason``), and the best point and the runners-up's
+    next-batch reasons are the same."""
+    from infersim import search
+    from infersim.serving import WorkloadStats
+
+    hw, model, scenario, n, rnd = case
+    q = Query.build(hw, model, scenario, n, round=rnd)
+    base = api.base_plan(q.inputs, q.software, q.layout, q.accelerators)
+    stats = WorkloadStats.from_workload(q.inputs.scenario.workload, q.inputs.model)
+    pruned_somewhere = False
+    for transforms in api.selection(q).variants():
+        plan = opt.apply_all(base, transforms)
+        full = search.evaluate(plan, q.inputs.scenario, n, stats, price_per_hour=q.price)
+        cut = search.evaluate(plan, q.inputs.scenario, n, stats, price_per_hour=q.price, fit_points=True)
+        cols = cut.unfit.columns if cut.unfit is not None else np.arange(full.ok.shape[1])
+        fits = full.ok_capacity[:, cols]
+        pruned_somewhere |= bool((~fits).any())
+        np.testing.assert_array_equal(cut.ok, full.ok[:, cols])
+        np.testing.assert_array_equal(cut.full_reason(), np.broadcast_to(full.reason, full.ok.shape))
+        for name, values in full.metrics.items():
+            np.testing.assert_allclose(cut.metrics[name][fits], values[:, cols][fits], rtol=1e-13, atol=0, err_msg=name)
+        assert cut.reasons() == full.reasons()
+        b = cut.best_index()
+        assert full.best_index() == (None if b is None else (b[0], int(cols[b[1]])))
+        for i in range(full.ok.shape[0]):  # the reason at the next batch value, on the whole axis
+            for j in range(len(cols)):
+                want = int(full.reason[i, cols[j] + 1]) if cols[j] + 1 < full.ok.shape[1] else None
+                assert cut.next_reason(i, j) == want
+    assert pruned_somewhere  # the case exercises the flat evaluation
