@@ -587,9 +587,9 @@ def plan_cmd(**kwargs) -> None:
             lay = r["layout"]
             table_rows.append((r["hardware"], r["accelerators"], r["scale_up_domains"],
                                f"tp{lay['tp']} pp{lay['pp']} ep{lay['ep']} dp{lay['dp']} ×{lay['replicas']}",
-                               r["capacity_tokens_per_s"], 100 * r["headroom"],
-                               *(1e3 * _at_target_or_capacity(r, k) for k in ("ttft_s", "tpot_s")),
-                               r["usd_per_hour"], r["usd_per_month"], r["usd_per_million_tokens"],
+                               round(r["capacity_tokens_per_s"]), round(100 * r["headroom"], 1),
+                               *(round(1e3 * _at_target_or_capacity(r, k), 1) for k in ("ttft_s", "tpot_s")),
+                               r["usd_per_hour"], round(r["usd_per_month"]), r["usd_per_million_tokens"],
                                r["usd_per_million_blended_tokens"]))
         _console().print(_table("capacity plan (cheapest first)", cols, table_rows))
     if out is not None:
