@@ -73,8 +73,9 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     of the returned axis is exactly what the full evaluation gives (elementwise arrays).
     ``fit_points``: ``fit_only``, and on those batch values the serving model runs only at the
     points that pass the cheap checks (one flat axis, laid back on the grid; aggregated serving):
-    those are exactly what the full evaluation gives, the others keep their reasons, 0 throughput
-    and NaN latencies (what ``api.predict`` needs: its best point, runners-up, Pareto frontier and
+    those are what the full evaluation gives (to the last bit but where numpy rounds a contiguous
+    flat axis and a broadcast grid one unit apart), the others keep their reasons, 0 throughput and
+    NaN latencies (what ``api.predict`` needs: its best point, runners-up, Pareto frontier and
     messages read only points that fit, and reasons).
     """
     stats = stats or WorkloadStats.from_workload(scenario.workload, plan.model)
