@@ -224,7 +224,7 @@ def refine_best(res: Result, ij: tuple[int, int], query: Query, stats: WorkloadS
                     float(cap) * lay.dp if cap is not None else np.inf,
                     scheduler.offline_batch_bound(res.plan, lay, stats) if offline else np.inf) * (1.0 - 1e-9)
         bounded = MONOTONE_LIMITS | ({Reason.TOKEN_BUDGET} if offline else set())
-        if bound <= lo and Reason(res.next_reason(i, j)) in bounded:
+        if bound <= lo and col.size and Reason(int(res.reason[i, col[0]])) in bounded:
             return None  # the point sits on the bound of a limit that every larger batch breaks
         tries = [bound, 0.5 * (lo + min(bound, hi))] if lo < bound < hi else [0.5 * (lo + hi)]
     plan = replace(res.plan, search=replace(res.plan.search, batch=(), tp=(lay.tp,), pp=(lay.pp,), ep=(lay.ep,),
@@ -396,7 +396,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     for transforms in sel.variants():
         plan = opt.apply_all(base, transforms)
         # the serving model only at the points that fit in memory (the best point, the runners-up,
-        # the Pareto frontier and the closest miss are there; the rest keep their reasons)
+        # the Pareto frontier and the closest miss are there; the rest keep the cheap checks' reasons)
         results.append(search.evaluate(plan, query.inputs.scenario, query.accelerators, stats,
                                        price_per_hour=query.price, fit_points=True))
     n = query.accelerators

@@ -152,31 +152,7 @@ class Result:
         return cols, score[np.arange(score.shape[0]), cols]
 
     def reasons(self) -> dict[str, int]:
-        """Infeasible points per reason name, over the whole batch axis (a ``fit_only`` grid's
-        columns that no layout fits count with the cheap checks' reasons)."""
-        if self.unfit is None:
-            return reason_counts(self.ok, self.reason)
-        ok = np.zeros((self.ok.shape[0], len(self.unfit.batch)), dtype=bool)
-        ok[:, self.unfit.columns] = self.ok
-        return reason_counts(ok, self.full_reason())
-
-    def full_reason(self) -> np.ndarray:
-        """The reason code per [layout, batch] point over the whole batch axis (``reason`` itself
-        unless ``fit_only`` cut the axis)."""
-        reason = np.broadcast_to(self.reason, self.ok.shape)
-        if self.unfit is None:
-            return reason
-        full = np.array(np.broadcast_to(self.unfit.reason, (self.ok.shape[0], len(self.unfit.batch))))
-        full[:, self.unfit.columns] = reason
-        return full
-
-    def next_reason(self, i: int, j: int) -> int | None:
-        """The reason code of layout ``i`` at the batch axis' next value after column ``j`` (on the
-        whole axis where ``fit_only`` cut it), None past the axis' last value."""
-        if self.unfit is None:
-            return int(np.broadcast_to(self.reason, self.ok.shape)[i, j + 1]) if j + 1 < self.ok.shape[1] else None
-        c = int(self.unfit.columns[j]) + 1
-        return int(self.full_reason()[i, c]) if c < len(self.unfit.batch) else None
+        return reason_counts(self.ok, self.reason)
 
     def layout_at(self, i: int) -> Layout:
         return Layout(**{k: int(self.layouts[k][i]) for k in LAYOUT_AXES})

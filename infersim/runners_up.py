@@ -48,8 +48,12 @@ def runners_up(pred: Prediction, n: int) -> list[dict[str, Any]]:
     for rank, (key, (s, res, i, j)) in enumerate(ranked):
         config = res.config_at(i, j)
         m = res.metrics_at(i, j)
-        nxt = res.next_reason(i, j)
-        stops = "PLACED" if key == pick_key else "END_OF_AXIS" if nxt is None else Reason(nxt).name
+        if key == pick_key:
+            stops = "PLACED"
+        elif j + 1 < res.ok.shape[1]:
+            stops = Reason(int(res.reason[i, j + 1])).name
+        else:
+            stops = "END_OF_AXIS"
         out.append({"rank": rank, **{k: config[k] for k in LAYOUT_AXES}, "replicas": config["replicas"],
                     "disaggregated": bool(config.get("disaggregated")), "batch": config["batch"],
                     "optimizations": list(res.plan.applied), "tokens_per_s_per_accelerator": m["tokens_per_s_per_accelerator"],

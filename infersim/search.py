@@ -42,9 +42,12 @@ def _and(ok, reason, ok2, reason2):
 
 
 def _spread(x, idx, shape: tuple[int, ...]):
-    """A serving figure computed at the grid points ``idx`` (a tuple of index arrays) laid back onto
-    the grid ``shape``: NaN elsewhere (False in a mask, 0 in a code); dataclasses and dicts field by
-    field, scalars (the same at every point), None and strings as they are."""
+    """A serving figure computed at the grid points ``idx`` (a tuple of index arrays; None: the whole
+    grid, ``x`` as it is) laid back onto the grid ``shape``: NaN elsewhere (False in a mask, 0 in a
+    code); dataclasses and dicts field by field, scalars (the same at every point), None and strings
+    as they are."""
+    if idx is None:
+        return x
     if is_dataclass(x):
         return replace(x, **{f.name: _spread(getattr(x, f.name), idx, shape) for f in fields(x) if f.init})
     if isinstance(x, dict):
@@ -71,12 +74,12 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     the cheap checks (weights and KV cache fit, batch caps); the Result's batch axis is those
     values and ``Result.unfit`` keeps the whole axis with the cheap checks' reasons. Every point
     of the returned axis is exactly what the full evaluation gives (elementwise arrays).
-    ``fit_points``: ``fit_only``, and on those batch values the serving model runs only at the
-    points that pass the cheap checks (one flat axis, laid back on the grid; aggregated serving):
-    those are what the full evaluation gives (to the last bit but where numpy rounds a contiguous
-    flat axis and a broadcast grid one unit apart), the others keep their reasons, 0 throughput and
-    NaN latencies (what ``api.predict`` needs: its best point, runners-up, Pareto frontier and
-    messages read only points that fit, and reasons).
+    ``fit_points``: the whole grid, the serving model only at the points that pass the cheap checks
+    (one flat axis, laid back on the grid; aggregated serving): those are what the full evaluation
+    gives (to the last bit but where numpy rounds a contiguous flat axis and a broadcast grid one
+    unit apart), the others keep the cheap checks' reasons, 0 throughput and NaN latencies (what
+    ``api.predict`` needs: its best point, runners-up, Pareto frontier and messages read only points
+    that fit, and reasons).
     """
     stats = stats or WorkloadStats.from_workload(scenario.workload, plan.model)
     price = plan.hardware.price.usd_per_hour if price_per_hour is None else price_per_hour
@@ -99,12 +102,12 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     if plan.engine.max_batch_size is not None:  # sequences per attention rank (per instance without ADP)
         ok, reason = require(ok, reason, batch / layout.dp <= plan.engine.max_batch_size, Reason.BATCH_LIMIT)
     ok_capacity = ok.copy()
-    if fit_only or fit_points:
+    if fit_only:
         cols = np.flatnonzero(ok.any(axis=0))
-        cols = cols if cols.size else np.array([0])  # nothing fits: one column keeps the shapes valid
         if cols.size < ok.shape[1]:
+            cols = cols if cols.size else np.array([0])  # nothing fits: one column keeps the shapes valid
             sub = replace(plan, search=replace(plan.search, batch=tuple(float(b) for b in batch[0, cols])))
-            res = evaluate(sub, scenario, accelerators, stats, price_per_hour=price_per_hour, fit_points=fit_points)
+            res = evaluate(sub, scenario, accelerators, stats, price_per_hour=price_per_hour)
             res.unfit = Unfit(batch=batch[0], columns=cols, reason=reason)
             return res
     kind = getattr(scenario, "kind", "offline")
@@ -112,9 +115,10 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
     pools: dict = {}
     # fit_points: the serving model at the points that fit only (one flat axis), laid back on the grid
     live = np.nonzero(ok) if fit_points and not plan.serving.disaggregated and ok.any() and not ok.all() else None
-    at = (lambda a: np.broadcast_to(a, ok.shape)[live]) if live is not None else (lambda a: a)  # noqa: E731
-    lay, bat, wrk = Layout(**{k: at(getattr(layout, k)) for k in ("tp", "pp", "ep", "dp")}), at(batch), at(workers)
-    back = (lambda r: _spread(r, live, ok.shape)) if live is not None else (lambda r: r)  # noqa: E731
+    lay, bat, wrk = layout, batch, workers
+    if live is not None:
+        lay = Layout(**{k: np.broadcast_to(getattr(layout, k), ok.shape)[live] for k in grid.LAYOUT_AXES})
+        bat, wrk = (np.broadcast_to(a, ok.shape)[live] for a in (batch, workers))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if kind != "offline" and plan.serving.disaggregated:
             from . import disagg_eval
@@ -129,10 +133,11 @@ def evaluate(plan: Plan, scenario, accelerators: int, stats: WorkloadStats | Non
                 ok, reason = require(ok, reason, res.tpot_p99 <= slo.tpot_ms * 1e-3, Reason.SLO_TPOT)
             ok, reason = require(ok, reason, p_ok, Reason.SLO_TTFT)
         elif kind == "offline":
-            res = back(scheduler.offline(plan, lay, bat, stats, wrk))
-            ok, reason = _and(ok, reason, *back(scheduler.offline_limits(plan, lay, bat, stats)))
+            res = _spread(scheduler.offline(plan, lay, bat, stats, wrk), live, ok.shape)
+            ok, reason = _and(ok, reason, *_spread(scheduler.offline_limits(plan, lay, bat, stats), live, ok.shape))
         else:  # the iteration-level engine: batch cap and token budget come back as reason codes
-            res = back(scheduler.server(plan, lay, bat, stats, percentile=scenario.slo.percentile, workers=wrk))
+            res = _spread(scheduler.server(plan, lay, bat, stats, percentile=scenario.slo.percentile, workers=wrk),
+                          live, ok.shape)
             ok, reason = _and(ok, reason, res.ok, res.reason)
         ok, reason = grid.apply_limits(ok, reason, res, scenario)
         # what each memory-feasible point delivers; ``ok`` says whether it also meets the limits
