@@ -29,7 +29,6 @@ from rich.text import Text
 from . import __version__, checks, cli_products, files
 from .cli_profiles import LIST_COLUMNS, derived, detect_kind, fmt, list_row
 from .errors import InfeasibleError, SpecError
-from .query import limits_dict, percentile_label
 from .specs import catalog
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -370,7 +369,7 @@ def pareto_cmd(
         raise InfeasibleError(pred.reason or "no configuration fits in memory")
     text = report.to_json(points) if fmt == TableJsonCsv.json else _rows_csv(points)
     if fmt == TableJsonCsv.table:
-        pct = percentile_label(limits_dict(pred.inputs.scenario))
+        pct = report.percentile_label(pred.to_dict()["limits"])
         cols = ("tokens/s/user", "tokens/s/accelerator", f"TTFT {pct} ms", f"TPOT {pct} ms", "tp", "pp", "ep", "dp",
                 "batch", "MTP", "disagg", "meets limits")
         rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3,
@@ -424,7 +423,7 @@ def ablate_cmd(
     elif fmt == TableJsonCsv.csv:
         typer.echo(_rows_csv(rows + loo).rstrip("\n"))
     else:
-        pct = percentile_label(result.limits)
+        pct = report.percentile_label(result.limits)
         cols = ("step", "tokens/s/accelerator", "gain ×", "$/M tokens", f"TTFT {pct} ms", f"TPOT {pct} ms", "layout")
         def fmt_row(r):
             c = r["config"]
@@ -595,7 +594,7 @@ def plan_cmd(**kwargs) -> None:
     else:
         # latencies at the target load where predicted (Server / Interactive), else at capacity
         at_target = any(r.get("at_target") for r in rows)
-        pct = percentile_label(next((r["limits"] for r in rows if r.get("limits")), None))
+        pct = report.percentile_label(next((r["limits"] for r in rows if r.get("limits")), None))
         cols = ("hardware", "accelerators", "domains", "layout", "capacity tokens/s", "headroom %",
                 f"TTFT {pct} ms at target" if at_target else f"TTFT {pct} ms",
                 f"TPOT {pct} ms at target" if at_target else f"TPOT {pct} ms", "$/hour", "$/month", "$/M out",

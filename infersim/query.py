@@ -73,11 +73,6 @@ def limits_dict(scenario) -> dict[str, float | None] | None:
     return {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms, "percentile": slo.percentile}
 
 
-def percentile_label(limits: Mapping[str, Any] | None) -> str:
-    """'p99' (or the scenario's own percentile) for table headings of the latency figures."""
-    return f"p{limits['percentile']:g}" if limits else "p99"
-
-
 def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: float | None = None,
                 trace=None, slo: Mapping[str, float | None] | None = None) -> Inputs:
     """Resolve IDs/paths (or accept spec objects) and apply ISL/OSL or trace overrides and latency

@@ -13,7 +13,6 @@ from rich.table import Table
 from rich.text import Text
 
 from .files import write_atomic
-from .query import percentile_label
 
 
 def _num(v: Any, digits: int = 1) -> str:
@@ -49,6 +48,11 @@ DISPATCH_TEXT = {"random": "random (each to a random instance)", "round_robin": 
                  "load_balancing": "load balancing (to the fewest in flight)",
                  "fewest_tokens": "fewest tokens (to the fewest prompt tokens waiting)"}
 """How ``config.dispatch`` reads in the table."""
+
+
+def percentile_label(limits: dict[str, Any] | None) -> str:
+    """'p99' (or the limits' own percentile) for table headings of the latency figures."""
+    return f"p{limits['percentile']:g}" if limits else "p99"
 
 
 def limits_text(limits: dict[str, Any]) -> str:
