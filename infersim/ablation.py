@@ -16,6 +16,7 @@ from typing import Any
 from . import optimizations as opt
 from .api import Inputs, Prediction, context, load_inputs, predict, recipe_off_reason
 from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_round
+from .query import limits_dict
 
 ORDER = tuple(sorted(opt.REGISTRY, key=lambda k: opt.REGISTRY[k].rank))
 """Order in which the waterfall adds optimizations (each transform's ``rank``)."""
@@ -28,9 +29,12 @@ class Ablation:
     rows: list[dict]
     leave_one_out: list[dict]
     skipped: dict[str, str]
+    limits: dict | None = None
+    """The latency limits every step is searched under (``query.limits_dict``; None: Offline)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"waterfall": self.rows, "leave_one_out": self.leave_one_out, "skipped": self.skipped}
+        return {"waterfall": self.rows, "leave_one_out": self.leave_one_out, "skipped": self.skipped,
+                "limits": self.limits}
 
 
 @dataclass
@@ -80,9 +84,10 @@ def _levers(preset: PresetSpec, inputs: Inputs, skipped: dict[str, str] | None =
 
 
 def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None = None,
-              levers: list[str] | None = None, isl=None, osl=None) -> Ablation:
-    """Cumulative waterfall and leave-one-out rows for the round's optimizations (or ``levers``)."""
-    inputs = load_inputs(hardware, model, scenario, isl=isl, osl=osl)
+              levers: list[str] | None = None, isl=None, osl=None, slo=None) -> Ablation:
+    """Cumulative waterfall and leave-one-out rows for the round's optimizations (or ``levers``);
+    ``slo``: latency limits replacing the scenario's (``query.apply_slo``)."""
+    inputs = load_inputs(hardware, model, scenario, isl=isl, osl=osl, slo=slo)
     preset = load_preset(round or LATEST)
     skipped: dict[str, str] = {}
     params = _levers(preset, inputs, skipped)
@@ -110,17 +115,18 @@ def waterfall(hardware, model, scenario, accelerators=None, *, round: str | None
         f = full.prediction.metrics.get("tokens_per_s_per_accelerator", 0.0)
         r["gain"] = (f / r["tokens_per_s_per_accelerator"]) if r["tokens_per_s_per_accelerator"] else None
         loo.append(r)
-    return Ablation(rows, loo, skipped)
+    return Ablation(rows, loo, skipped, limits_dict(inputs.scenario))
 
 
 MATURITY_FIELDS = ("kernel_efficiency", "moe_kernel_efficiency", "host_overhead_scale")
 """A round preset's software-maturity factors (the first step of a round waterfall)."""
 
 
-def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round: str, to_round: str) -> Ablation:
+def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round: str, to_round: str,
+                    slo=None) -> Ablation:
     """From round A's software to round B's: maturity first, then each optimization B adds or
     retunes that can act on this system (the others are listed as skipped, with the reason)."""
-    inputs = load_inputs(hardware, model, scenario)
+    inputs = load_inputs(hardware, model, scenario, slo=slo)
     a, b = load_preset(from_round), load_preset(to_round)
     skipped: dict[str, str] = {}
     pa, pb = _levers(a, inputs, skipped), _levers(b, inputs, skipped)
@@ -156,7 +162,8 @@ def round_waterfall(hardware, model, scenario, accelerators=None, *, from_round:
     same = all(getattr(step, f) == getattr(b, f) for f in MATURITY_FIELDS + ("engine", "optimizations", "choices"))
     steps.append(Step(f"{resolve_round(to_round)} software (search picks the choices)", tuple(pb),
                       steps[-1].prediction if same else at(b)))
-    return Ablation([s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)], [], skipped)
+    return Ablation([s.row(steps[i - 1] if i else None) for i, s in enumerate(steps)], [], skipped,
+                    limits_dict(inputs.scenario))
 
 
 def plot(rows: list[dict], path, title: str) -> None:

@@ -18,7 +18,8 @@ from .graph import resolve_formats
 from .grid import Result, latency_limits
 from .infeasible import EXPLAIN, closest_to_limits, infeasible_message, latency_figure
 from .plan import Plan, SearchSpace, Serving
-from .query import Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, load_inputs
+from .query import (Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, limits_dict,
+                    load_inputs)
 from .serving import WorkloadStats
 
 
@@ -139,6 +140,7 @@ class Prediction:
         d["config"] = self.config
         d["breakdown"] = self.breakdown
         d["skipped"] = dict(self.skipped)  # optimizations of the round left off, with the reason
+        d["limits"] = limits_dict(self.inputs.scenario)  # the latency limits in force (None: Offline)
         return d
 
 
@@ -368,9 +370,11 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
     ----------
     query : Query, or CLI-style arguments for ``Query.build`` (hardware, model, scenario,
         accelerators, round=, isl=, osl=, trace=, tp=, ep=, dp=, pp=, batch=, enable=,
-        disable=, params=, price_per_hour=, presets_dir=, inputs=, preset=, dispatch=). Unset layout
-        arguments are searched; set ones are fixed; ``dispatch`` (random, round_robin,
-        load_balancing) replaces the round preset's request dispatch to the instances.
+        disable=, params=, price_per_hour=, presets_dir=, inputs=, preset=, dispatch=, slo=). Unset
+        layout arguments are searched; set ones are fixed; ``dispatch`` (random, round_robin,
+        load_balancing) replaces the round preset's request dispatch to the instances; ``slo``
+        (e.g. ``{"tpot_ms": 30}``: ttft_ms, tpot_ms, e2e_ms, percentile) replaces those latency
+        limits of the scenario's.
     raise_infeasible : raise ``InfeasibleError`` instead of returning an infeasible prediction.
     qps : requests/s for the whole system (Server/Interactive): predict the capacity-best
         aggregated configuration at that load instead (``scheduler.operating_point``).

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from . import api
 from .checks import check_dispatch
 from .errors import SpecError
-from .query import Query, Software, load_inputs
+from .query import Query, Software, limits_dict, load_inputs
 
 HOURS_PER_MONTH = 730.0
 """Average hours in a month (8,760 h / 12), the convention of cloud price sheets."""
@@ -58,7 +58,7 @@ class Candidate:
             "optimizations": c["optimizations"], "round": c["round"], "dispatch": c.get("dispatch"),
             "capacity_tokens_per_s": capacity, "target_tokens_per_s": served,
             "headroom": capacity / served - 1.0,
-            "ttft_s": m["ttft_s"], "tpot_s": m["tpot_s"],
+            "ttft_s": m["ttft_s"], "tpot_s": m["tpot_s"], "limits": limits_dict(p.inputs.scenario),
             "price_per_accelerator_hour": self.price_per_hour,
             "usd_per_hour": usd_per_hour, "usd_per_month": usd_per_hour * HOURS_PER_MONTH,
             "usd_per_million_tokens": usd_per_hour / (served * 3600.0) * 1e6,
@@ -83,7 +83,7 @@ def _capacity(query_at: Callable[[int], Query], n: int, cache: dict[int, api.Pre
 
 def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, round: str | None = None,
              price_per_hour: float | None = None, max_accelerators: int = 100_000,
-             enable=(), disable=(), trace=None, dispatch: str | None = None) -> Candidate:
+             enable=(), disable=(), trace=None, dispatch: str | None = None, slo=None) -> Candidate:
     """Fewest accelerators of ``hardware`` whose predicted capacity meets the target.
 
     Notes
@@ -92,7 +92,7 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
     always leave some idle), so an exponential search finds a count that meets the target and a
     bisection the smallest one; each probe is a full prediction.
     """
-    inputs = load_inputs(hardware, model, scenario, trace=trace)
+    inputs = load_inputs(hardware, model, scenario, trace=trace, slo=slo)
     software = Software.for_round(round, enable=enable, disable=disable, dispatch=dispatch)
     price = inputs.hardware.price.usd_per_hour if price_per_hour is None else price_per_hour
     query_at = lambda n: Query(inputs, n, software, price_per_hour=price)  # noqa: E731
@@ -128,7 +128,8 @@ def plan_one(hardware: str, model, scenario, target_tokens_per_s: float, *, roun
 def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | None = None,
          target_requests_per_s: float | None = None, round: str | None = None,
          price_per_hour: float | None = None, max_accelerators: int = 100_000, enable=(), disable=(),
-         progress: Callable[[str], None] | None = None, trace=None, dispatch: str | None = None) -> list[Candidate]:
+         progress: Callable[[str], None] | None = None, trace=None, dispatch: str | None = None,
+         slo=None) -> list[Candidate]:
     """Plan every candidate hardware; cheapest first (infeasible ones last).
 
     Parameters
@@ -141,8 +142,12 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
     price_per_hour : US$ per accelerator-hour for every candidate (default: each profile's).
     dispatch : how the front end hands requests to the instances (``presets.DISPATCH_POLICIES``;
         default: the round preset's).
+    slo : latency limits replacing the scenario's (``query.apply_slo``: ttft_ms, tpot_ms, e2e_ms,
+        percentile).
     """
     check_dispatch(dispatch)  # bad input fails before any candidate is planned
+    if slo and hardware:
+        load_inputs(hardware[0], model, scenario, trace=trace, slo=slo)
     if trace is not None and target_tokens_per_s is None and target_requests_per_s is None:
         from .specs.traffic import read_trace
 
@@ -166,13 +171,13 @@ def plan(hardware: list[str], model, scenario, *, target_tokens_per_s: float | N
             progress(hw)
         tokens = target
         if target_requests_per_s is not None:
-            inputs = load_inputs(hw, model, scenario, trace=trace)
+            inputs = load_inputs(hw, model, scenario, trace=trace, slo=slo)
             from .serving import WorkloadStats
 
             tokens = target * WorkloadStats.from_workload(inputs.scenario.workload, inputs.model).osl_mean
         out.append(plan_one(hw, model, scenario, tokens, round=round, price_per_hour=price_per_hour,
                             max_accelerators=max_accelerators, enable=enable, disable=disable, trace=trace,
-                            dispatch=dispatch))
+                            dispatch=dispatch, slo=slo))
     out.sort(key=lambda c: (not c.feasible, c.to_dict().get("usd_per_month", math.inf)))
     return out
 

@@ -250,6 +250,10 @@ def run_cmd(
     samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
     top: int = typer.Option(0, "--top", help="Also list the N best other configurations the search evaluated (layout and optimizations, best batch each, what stops it), 1-100."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
+    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
+    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, checks, report, tco, workloads
@@ -257,7 +261,8 @@ def run_cmd(
     if workloads.handles(model, scenario):  # text-to-video / recommendation: samples/s
         workloads.reject_llm_flags(round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch,
                                    enable=enable, disable=disable, set=set_, price_per_hour=price, tco_capex=tco_capex,
-                                   explain=explain, dispatch=dispatch)
+                                   explain=explain, dispatch=dispatch, ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms,
+                                   slo_percentile=slo_percentile)
         wpred = workloads.predict(hardware, model, scenario, accelerators)
         if fmt == OutputFormat.json:
             typer.echo(report.to_json(wpred.to_dict()))
@@ -279,7 +284,8 @@ def run_cmd(
         price = tco.tco_usd_per_hour(catalog.load("hardware", hardware), tco_capex, tco_years, tco_pue, tco_kwh)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, isl=isl, osl=osl, trace=trace, tp=tp, ep=ep, dp=dp,
                        pp=pp, batch=batch, enable=enable or [], disable=disable or [],
-                       params=params, price_per_hour=price, qps=qps, samples=samples, dispatch=dispatch)
+                       params=params, price_per_hour=price, qps=qps, samples=samples, dispatch=dispatch,
+                       slo=cli_products.slo_overrides(ttft_ms, tpot_ms, e2e_ms, slo_percentile))
     d = pred.to_dict()
     others = None
     if top:
@@ -303,7 +309,7 @@ def run_cmd(
             if prompt is not None:
                 console.print(report.explain_prompt_table(prompt))
         if others:
-            console.print(report.runners_up_table(others))
+            console.print(report.runners_up_table(others, d.get("limits")))
     if not pred.feasible:
         raise InfeasibleError(pred.reason)
 
@@ -343,6 +349,10 @@ def pareto_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the frontier to this PNG file."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
+    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
+    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
 ) -> None:
     """Tokens/s per accelerator vs tokens/s per user over every configuration that fits (Pareto frontier)."""
     from . import api, pareto, report
@@ -352,14 +362,16 @@ def pareto_cmd(
     if plot is not None:
         files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
     pred = api.predict(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
-                       disable=disable or [], dispatch=dispatch)
+                       disable=disable or [], dispatch=dispatch,
+                       slo=cli_products.slo_overrides(ttft_ms, tpot_ms, e2e_ms, slo_percentile))
     points = pareto.frontier_points(pred)
     if not points:
         raise InfeasibleError(pred.reason or "no configuration fits in memory")
     text = report.to_json(points) if fmt == TableJsonCsv.json else _rows_csv(points)
     if fmt == TableJsonCsv.table:
-        cols = ("tokens/s/user", "tokens/s/accelerator", "TTFT p99 ms", "TPOT p99 ms", "tp", "pp", "ep", "dp", "batch",
-                "MTP", "disagg", "meets limits")
+        pct = report.percentile_label(pred.to_dict()["limits"])
+        cols = ("tokens/s/user", "tokens/s/accelerator", f"TTFT {pct} ms", f"TPOT {pct} ms", "tp", "pp", "ep", "dp",
+                "batch", "MTP", "disagg", "meets limits")
         rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3,
                  p["tpot_p99_s"] * 1e3, p["tp"], p["pp"], p["ep"], p["dp"], p["batch"], p["mtp_depth"],
                  "yes" if p["disaggregated"] else "no", "yes" if p["meets_limits"] else p["reason"]) for p in points]
@@ -389,24 +401,30 @@ def ablate_cmd(
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the waterfall to this PNG file."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
+    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
+    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
 ) -> None:
     """Add optimizations one at a time (waterfall) and remove them one at a time (leave-one-out)."""
     from . import ablation, report
 
     if plot is not None:
         files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
+    slo = cli_products.slo_overrides(ttft_ms, tpot_ms, e2e_ms, slo_percentile)
     if from_round:
         result = ablation.round_waterfall(hardware, model, scenario, accelerators, from_round=from_round,
-                                          to_round=round_ or "latest")
+                                          to_round=round_ or "latest", slo=slo)
     else:
-        result = ablation.waterfall(hardware, model, scenario, accelerators, round=round_, levers=lever)
+        result = ablation.waterfall(hardware, model, scenario, accelerators, round=round_, levers=lever, slo=slo)
     rows, loo = result.rows, result.leave_one_out
     if fmt == TableJsonCsv.json:
         typer.echo(report.to_json(result.to_dict()))
     elif fmt == TableJsonCsv.csv:
         typer.echo(_rows_csv(rows + loo).rstrip("\n"))
     else:
-        cols = ("step", "tokens/s/accelerator", "gain ×", "$/M tokens", "TTFT p99 ms", "TPOT p99 ms", "layout")
+        pct = report.percentile_label(result.limits)
+        cols = ("step", "tokens/s/accelerator", "gain ×", "$/M tokens", f"TTFT {pct} ms", f"TPOT {pct} ms", "layout")
         def fmt_row(r):
             c = r["config"]
             lay = f"tp{c['tp']} pp{c['pp']} ep{c['ep']} dp{c['dp']} B{c['batch']:.0f}" if r["feasible"] else "infeasible"
@@ -576,9 +594,11 @@ def plan_cmd(**kwargs) -> None:
     else:
         # latencies at the target load where predicted (Server / Interactive), else at capacity
         at_target = any(r.get("at_target") for r in rows)
+        pct = report.percentile_label(next((r["limits"] for r in rows if r.get("limits")), None))
         cols = ("hardware", "accelerators", "domains", "layout", "capacity tokens/s", "headroom %",
-                "TTFT p99 ms at target" if at_target else "TTFT p99 ms",
-                "TPOT p99 ms at target" if at_target else "TPOT p99 ms", "$/hour", "$/month", "$/M out", "$/M blended")
+                f"TTFT {pct} ms at target" if at_target else f"TTFT {pct} ms",
+                f"TPOT {pct} ms at target" if at_target else f"TPOT {pct} ms", "$/hour", "$/month", "$/M out",
+                "$/M blended")
         table_rows = []
         for r in rows:
             if not r["feasible"]:

@@ -18,6 +18,19 @@ DISPATCH_HELP = ("How the front end hands requests to the instances (Server/Inte
 """``--dispatch``'s help on ``run``, ``pareto`` and ``plan``."""
 
 
+TTFT_HELP = "Replace the scenario's TTFT limit, ms (Server/Interactive)."
+TPOT_HELP = "Replace the scenario's TPOT limit, ms (Server/Interactive)."
+E2E_HELP = "Replace the scenario's end-to-end latency limit, ms (Server/Interactive)."
+PERCENTILE_HELP = "Replace the percentile the latency limits apply to, e.g. 90 (default: the scenario's, 99 for MLPerf)."
+
+
+def slo_overrides(ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None = None,
+                  percentile: float | None = None) -> dict | None:
+    """The latency-limit flags as ``query.apply_slo``'s mapping (None where none is given)."""
+    d = {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "e2e_ms": e2e_ms, "percentile": percentile}
+    return {k: v for k, v in d.items() if v is not None} or None
+
+
 def _list(text: str | None, kind: type, flag: str) -> list | None:
     """'a,b,c' → [a, b, c] converted to ``kind`` (None when the flag is absent)."""
     if text is None:
@@ -85,6 +98,8 @@ def sweep_cmd(
     price: Optional[str] = typer.Option(None, "--price-per-hour", help="US$ per accelerator-hour values, comma-separated."),
     set_: Optional[list[str]] = typer.Option(None, "--set", metavar="KIND.PARAM=V1,V2", help="Optimization parameter values as an axis (repeatable), e.g. mtp.depth=1,2,3 or disagg.decode_workers=36,40,44."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help="Request dispatch to the instances as an axis, comma-separated: random, round_robin, load_balancing, fewest_tokens (default: the round preset's)."),
+    ttft_ms: Optional[str] = typer.Option(None, "--ttft-ms", help="TTFT limits, ms, replacing the scenario's, as an axis, comma-separated (Server/Interactive)."),
+    tpot_ms: Optional[str] = typer.Option(None, "--tpot-ms", help="TPOT limits, ms, replacing the scenario's, as an axis, comma-separated (Server/Interactive)."),
     keep: Optional[str] = typer.Option(None, "--keep", help="Rows per cell: all (default), best or pareto."),
     out: Optional[Path] = typer.Option(None, "--out", help="Stream the rows to this .parquet or .csv file."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Local processes (default: CPU count)."),
@@ -103,6 +118,7 @@ def sweep_cmd(
              "isl": _list(isl, float, "--isl"), "osl": _list(osl, float, "--osl"),
              "price_per_hour": _list(price, float, "--price-per-hour"), "keep": keep,
              "dispatch": _list(dispatch, str, "--dispatch"),
+             "ttft_ms": _list(ttft_ms, float, "--ttft-ms"), "tpot_ms": _list(tpot_ms, float, "--tpot-ms"),
              "optimizations": [[] if o.strip() == "none" else _list(o, str, "--optimizations") for o in optimizations]
              if optimizations else None, "disable": list(disable) if disable else None}
     data.update({k: v for k, v in flags.items() if v is not None})
@@ -164,6 +180,10 @@ def plan_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the plan to this .json or .csv file."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Bar chart of US$/month per candidate (PNG)."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=DISPATCH_HELP),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=TTFT_HELP),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=TPOT_HELP),
+    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=E2E_HELP),
+    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=PERCENTILE_HELP),
 ) -> list:
     """Fewest accelerators (and cost) of each candidate hardware that serve a target load within the limits."""
     from . import capacity
@@ -174,7 +194,7 @@ def plan_cmd(
                                target_requests_per_s=target_requests, round=round_, price_per_hour=price,
                                max_accelerators=max_accelerators, enable=enable or (), disable=disable or (),
                                progress=lambda hw: typer.echo(f"planning {hw} …", err=True), trace=trace,
-                               dispatch=dispatch)
+                               dispatch=dispatch, slo=slo_overrides(ttft_ms, tpot_ms, e2e_ms, slo_percentile))
     rows = [c.to_dict() for c in candidates]
     if plot is not None:
         capacity.plot(candidates, plot, f"{model or scenario} · {scenario}")

@@ -3,6 +3,8 @@ the user fixed, and the price, as small frozen records checked once at the API e
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,49 @@ class Inputs:
     scenario_id: str
 
 
+SLO_FLAGS = {"ttft_ms": ("--ttft-ms", 1e7), "tpot_ms": ("--tpot-ms", 1e6), "e2e_ms": ("--e2e-ms", 1e8),
+             "percentile": ("--slo-percentile", 100.0)}
+"""Latency-limit overrides (``SloSpec`` field → CLI flag and upper bound: ms, the percentile below
+100)."""
+
+
+def apply_slo(scenario, scenario_id: str, slo: Mapping[str, float | None] | None):
+    """``scenario`` with the latency limits in ``slo`` (``SLO_FLAGS`` keys; None leaves a field as
+    the scenario has it) replacing its own. Offline scenarios have no limits to replace."""
+    given = {k: v for k, v in (slo or {}).items() if v is not None}
+    if not given:
+        return scenario
+    unknown = sorted(set(given) - set(SLO_FLAGS))
+    if unknown:
+        raise SpecError(f"unknown latency limit '{unknown[0]}' (known: {', '.join(SLO_FLAGS)})")
+    for key, value in given.items():
+        flag, top = SLO_FLAGS[key]
+        unit = "" if key == "percentile" else " ms"
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and 0 < value
+        if not ok or (value >= top if key == "percentile" else value > top):
+            bound = f"(0, {top:g})" if key == "percentile" else f"(0, {top:,.0f}]"
+            raise SpecError(f"{flag} must be in {bound}{unit} (got {value})")
+    current = getattr(scenario, "slo", None)
+    if current is None:
+        flag = SLO_FLAGS[next(iter(given))][0]
+        raise SpecError(f"{flag}: scenario '{scenario_id}' is {getattr(scenario, 'kind', 'offline')} and has no latency "
+                        "limits to change (they apply to server and interactive scenarios)")
+    return scenario.model_copy(update={"slo": current.model_copy(update=given)})
+
+
+def limits_dict(scenario) -> dict[str, float | None] | None:
+    """The latency limits in force for ``scenario`` (its ``slo``), as the JSON outputs report them;
+    None for an Offline scenario."""
+    slo = getattr(scenario, "slo", None)
+    if slo is None:
+        return None
+    return {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms, "percentile": slo.percentile}
+
+
 def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: float | None = None,
-                trace=None) -> Inputs:
-    """Resolve IDs/paths (or accept spec objects) and apply ISL/OSL or trace overrides."""
+                trace=None, slo: Mapping[str, float | None] | None = None) -> Inputs:
+    """Resolve IDs/paths (or accept spec objects) and apply ISL/OSL or trace overrides and latency
+    limits (``apply_slo``)."""
     def get(kind, x):
         if isinstance(x, (str, bytes)) or hasattr(x, "__fspath__"):
             return catalog.load(kind, x), catalog.profile_id(kind, x)
@@ -63,6 +105,7 @@ def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: flo
                 raise SpecError(f"--{flag} must be in [1, 1e7] tokens (got {value})")
             wl = wl.model_copy(update={flag: LengthSpec(mean=value)})
         sc = sc.model_copy(update={"workload": wl})
+    sc = apply_slo(sc, sc_id, slo)
     return Inputs(hw, md, sc, hw_id, md_id, sc_id)
 
 
@@ -160,9 +203,11 @@ class Query:
               tp: int | None = None, ep: int | None = None, dp: int | None = None, pp: int | None = None,
               batch: float | None = None, enable=(), disable=(), params: dict | None = None,
               price_per_hour: float | None = None, presets_dir=None, inputs: Inputs | None = None,
-              preset: PresetSpec | None = None, dispatch: str | None = None) -> "Query":
-        """A query from CLI-style arguments (IDs or paths or spec objects; None = default/searched)."""
-        inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl, trace=trace)
+              preset: PresetSpec | None = None, dispatch: str | None = None,
+              slo: Mapping[str, float | None] | None = None) -> "Query":
+        """A query from CLI-style arguments (IDs or paths or spec objects; None = default/searched;
+        ``slo``: latency limits replacing the scenario's, ``apply_slo``)."""
+        inputs = inputs or load_inputs(hardware, model, scenario, isl=isl, osl=osl, trace=trace, slo=slo)
         check_request(inputs, accelerators, tp=tp, ep=ep, dp=dp, pp=pp, batch=batch, price_per_hour=price_per_hour)
         n = int(accelerators) if accelerators is not None else default_accelerators(inputs.hardware)
         software = Software.for_round(round, presets_dir=presets_dir, preset=preset, enable=enable, disable=disable,

@@ -50,16 +50,30 @@ DISPATCH_TEXT = {"random": "random (each to a random instance)", "round_robin": 
 """How ``config.dispatch`` reads in the table."""
 
 
+def percentile_label(limits: dict[str, Any] | None) -> str:
+    """'p99' (or the limits' own percentile) for table headings of the latency figures."""
+    return f"p{limits['percentile']:g}" if limits else "p99"
+
+
+def limits_text(limits: dict[str, Any]) -> str:
+    """'p99: TTFT ≤ 1,000 ms · TPOT ≤ 50 ms' from ``Prediction.to_dict()['limits']``."""
+    parts = [f"{name} ≤ {limits[key]:,.4g} ms" for name, key in (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"),
+                                                                  ("E2E", "e2e_ms")) if limits.get(key) is not None]
+    return f"p{limits['percentile']:g}: " + " · ".join(parts)
+
+
 def prediction_tables(d: dict[str, Any]) -> list[Table]:
     """Tables for ``Prediction.to_dict()``: headline, configuration, time breakdown."""
     c = d["config"]
+    pct = percentile_label(d.get("limits"))
     head = [
         ("system", f"{d['hardware']} × {d['accelerators']}  ·  {d['model']}  ·  {d['scenario']}  ·  round {c.get('round')}"),
         ("output tokens/s (system)", _num(d["tokens_per_s"], 0)),
         ("tokens/s per accelerator", _num(d["tokens_per_s_per_accelerator"], 1)),
         ("tokens/s per user", _num(d["tokens_per_s_per_user"], 1)),
-        ("TTFT p99 / mean", f"{_num(d['ttft_s'] * 1e3, 1)} / {_num(d['ttft_mean_s'] * 1e3, 1)} ms"),
-        ("TPOT p99 / mean", f"{_num(d['tpot_s'] * 1e3, 2)} / {_num(d['tpot_mean_s'] * 1e3, 2)} ms"),
+        (f"TTFT {pct} / mean", f"{_num(d['ttft_s'] * 1e3, 1)} / {_num(d['ttft_mean_s'] * 1e3, 1)} ms"),
+        (f"TPOT {pct} / mean", f"{_num(d['tpot_s'] * 1e3, 2)} / {_num(d['tpot_mean_s'] * 1e3, 2)} ms"),
+        *([("latency limits", limits_text(d["limits"]))] if d.get("limits") else []),
         ("requests/s", _num(d["requests_per_s"], 2)),
         ("$ per M output tokens", f"{_num(d['usd_per_million_tokens'], 3)}"),
         ("$ per M input tokens", f"{_num(d['usd_per_million_input_tokens'], 3)}"),
@@ -180,13 +194,15 @@ def save_figure(fig, path, fmt: str = "png"):
     return write_atomic(path, buf.getvalue())
 
 
-def runners_up_table(rows: list[dict[str, Any]]) -> Table:
-    """``runners_up.runners_up`` rows: the pick and the next configurations by tokens/s per accelerator."""
+def runners_up_table(rows: list[dict[str, Any]], limits: dict[str, Any] | None = None) -> Table:
+    """``runners_up.runners_up`` rows: the pick and the next configurations by tokens/s per accelerator
+    (``limits``: the prediction's, for the latency columns' percentile)."""
     t = Table(title="configurations by tokens/s per accelerator (rank 0: the pick; others at their best batch on the search's axis)",
               title_justify="left")
+    pct = percentile_label(limits)
     for col, just in (("#", "right"), ("layout per instance", "left"), ("instances", "right"), ("optimizations", "left"),
-                      ("batch", "right"), ("tokens/s/acc", "right"), ("× pick", "right"), ("TTFT p99 ms", "right"),
-                      ("TPOT p99 ms", "right"), ("stops at", "left")):
+                      ("batch", "right"), ("tokens/s/acc", "right"), ("× pick", "right"), (f"TTFT {pct} ms", "right"),
+                      (f"TPOT {pct} ms", "right"), ("stops at", "left")):
         t.add_column(col, justify=just)
     for r in rows:
         lay = f"tp {r['tp']} · pp {r['pp']} · ep {r['ep']} · dp {r['dp']}" + (" (decode)" if r["disaggregated"] else "")

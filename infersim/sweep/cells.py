@@ -14,17 +14,25 @@ from .spec import Cell
 
 CATEGORY_COLUMNS = ("hardware", "model", "scenario", "round", "optimizations", "params", "dispatch")
 """String columns (one value per cell or per variant)."""
-NUMBER_COLUMNS = ("accelerators", "isl", "osl", "price_per_hour", "mtp_depth", "disaggregated", *LAYOUT_AXES, "batch",
-                  "feasible", "reason", *METRICS)
+NUMBER_COLUMNS = ("accelerators", "isl", "osl", "ttft_limit_ms", "tpot_limit_ms", "price_per_hour", "mtp_depth",
+                  "disaggregated", *LAYOUT_AXES, "batch", "feasible", "reason", *METRICS)
 """Numeric columns (reason: the ``Reason`` code, 0 where feasible)."""
 COLUMNS = CATEGORY_COLUMNS + NUMBER_COLUMNS
+
+
+def _limit_columns(scenario) -> dict[str, float]:
+    """The TTFT and TPOT limits in force, ms (NaN: none, e.g. Offline)."""
+    slo = getattr(scenario, "slo", None)
+    nan = float("nan")
+    return {"ttft_limit_ms": nan if slo is None or slo.ttft_ms is None else float(slo.ttft_ms),
+            "tpot_limit_ms": nan if slo is None or slo.tpot_ms is None else float(slo.tpot_ms)}
 
 
 def query_for(cell: Cell) -> Query:
     return Query.build(cell.hardware, cell.model, cell.scenario, cell.accelerators, round=cell.round, isl=cell.isl,
                        osl=cell.osl, tp=cell.tp, pp=cell.pp, ep=cell.ep, dp=cell.dp, batch=cell.batch,
                        enable=cell.enable, disable=cell.disable, price_per_hour=cell.price_per_hour,
-                       params=cell.param_overrides() or None, dispatch=cell.dispatch)
+                       params=cell.param_overrides() or None, dispatch=cell.dispatch, slo=cell.slo())
 
 
 def _pareto_mask(per_user: np.ndarray, per_acc: np.ndarray, domain: np.ndarray) -> np.ndarray:
@@ -124,6 +132,7 @@ def evaluate_cell(cell: Cell) -> dict[str, Any]:
                  "scenario": query.inputs.scenario_id, "round": query.software.round,
                  "dispatch": results[0].plan.engine.instance_dispatch if results else (cell.dispatch or ""),
                  "accelerators": query.accelerators, "price_per_hour": query.price,
-                 "isl": stats.isl_mean if stats else float("nan"), "osl": stats.osl_mean if stats else float("nan")}
+                 "isl": stats.isl_mean if stats else float("nan"), "osl": stats.osl_mean if stats else float("nan"),
+                 **_limit_columns(query.inputs.scenario)}
     return {"columns": cols, "constants": constants, "variant": variant, "variant_labels": labels,
             "points": points, "rows": int(len(cols["batch"]))}

@@ -117,6 +117,18 @@ class _Writer:
             self.tmp.unlink()
 
 
+def _check_limit_axes(spec: SweepSpec) -> None:
+    """Bad input before any cell runs: latency-limit axes on a scenario without limits (Offline)."""
+    given = {k: next((v for v in getattr(spec, k) if v is not None), None) for k in ("ttft_ms", "tpot_ms")}
+    if not any(v is not None for v in given.values()):
+        return
+    from ..query import apply_slo
+    from ..specs import catalog
+
+    for sc in spec.scenario:
+        apply_slo(catalog.load("scenario", sc), catalog.profile_id("scenario", sc), given)
+
+
 def run(spec: SweepSpec, out: Path | None = None, *, workers: int | None = None, scheduler: str | None = None,
         progress: Callable[[int, int, int], None] | None = None, collect: bool = False):
     """Evaluate every cell of ``spec``.
@@ -134,6 +146,7 @@ def run(spec: SweepSpec, out: Path | None = None, *, workers: int | None = None,
     -------
     (SweepSummary, Table or None)
     """
+    _check_limit_axes(spec)
     cells = spec.cells()
     start = time.perf_counter()
     writer = _Writer(Path(out)) if out is not None else None

@@ -76,6 +76,10 @@ class SweepSpec(Spec):
     dispatch: list[Dispatch | None] = Field(default_factory=lambda: [None])
     """How the front end hands requests to the instances (``presets.Dispatch``; default:
     the round preset's)."""
+    ttft_ms: list[float | None] = Field(default_factory=lambda: [None])
+    """TTFT limits, ms, replacing the scenario's (Server/Interactive; default: the scenario's)."""
+    tpot_ms: list[float | None] = Field(default_factory=lambda: [None])
+    """TPOT limits, ms, replacing the scenario's (Server/Interactive; default: the scenario's)."""
     tp: list[int] | None = None
     """Tensor-parallel sizes to try (default: searched)."""
     pp: list[int] | None = None
@@ -109,6 +113,9 @@ class SweepSpec(Spec):
                 raise ValueError(f"{name}: values must be in (0, 1e7] tokens")
         if any(v is not None and v < 0 for v in self.price_per_hour):
             raise ValueError("price_per_hour: values must be >= 0 US$")
+        for name, top in (("ttft_ms", 1e7), ("tpot_ms", 1e6)):
+            if any(v is not None and not 0 < v <= top for v in getattr(self, name)):
+                raise ValueError(f"{name}: values must be in (0, {top:,.0f}] ms")
         return self
 
     @field_validator("params")
@@ -141,11 +148,11 @@ class SweepSpec(Spec):
         keys = list(self.params)
         settings = [tuple(zip(keys, combo)) for combo in itertools.product(*(self.params[k] for k in keys))]
         out = []
-        for hw, md, sc, n, rnd, isl, osl, on, price, params, how in itertools.product(
+        for hw, md, sc, n, rnd, isl, osl, on, price, params, how, ttft, tpot in itertools.product(
                 self.hardware, self.model, self.scenario, self.accelerators, self.round, self.isl, self.osl,
-                self.optimizations, self.price_per_hour, settings, self.dispatch):
+                self.optimizations, self.price_per_hour, settings, self.dispatch, self.ttft_ms, self.tpot_ms):
             out.append(Cell(hw, md, sc, n, rnd, isl, osl, tuple(on), tuple(self.disable), price, layout["tp"],
-                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep, params, how))
+                            layout["pp"], layout["ep"], layout["dp"], batch, self.keep, params, how, ttft, tpot))
         return out
 
 
@@ -173,6 +180,15 @@ class Cell:
     """(``KIND.PARAM``, value) pairs of the cell's optimization parameters."""
     dispatch: str | None = None
     """The front end's request dispatch to the instances (None: the round preset's)."""
+    ttft_ms: float | None = None
+    """TTFT limit replacing the scenario's, ms (None: the scenario's)."""
+    tpot_ms: float | None = None
+    """TPOT limit replacing the scenario's, ms (None: the scenario's)."""
+
+    def slo(self) -> dict[str, float] | None:
+        """The cell's latency-limit overrides (``query.apply_slo``), None without any."""
+        d = {k: v for k, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms)) if v is not None}
+        return d or None
 
     def param_overrides(self) -> dict[str, dict[str, Any]]:
         """``params`` as ``Query.build``'s {kind: {param: value}}."""
