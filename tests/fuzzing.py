@@ -514,6 +514,17 @@ def system_args(draw, ws: Workspace) -> list[str]:
     argv += _opt(draw, "--round", st.sampled_from(ROUNDS + ("v9.9", "x", "", "v3.0")), 4)
     for flag in ("--enable", "--disable"):
         argv += _opt(draw, flag, st.sampled_from(OPTS + ("nope", "")), 5)
+    argv += draw(limit_flags())
+    return argv
+
+
+@st.composite
+def limit_flags(draw) -> list[str]:
+    """Latency-limit overrides, now and then (odd values among them)."""
+    argv = _opt(draw, "--tpot-ms", number(("20", "50", "200")), 6)
+    argv += _opt(draw, "--ttft-ms", number(("300", "2000")), 8)
+    argv += _opt(draw, "--slo-percentile", number(("90", "99", "99.9")), 10)
+    argv += _opt(draw, "--e2e-ms", number(("10000",)), 12)
     return argv
 
 
@@ -534,6 +545,7 @@ def clean_run_argv(draw) -> list[str]:
     argv += _opt(draw, "--qps", st.sampled_from(("1", "20")), 6)
     argv += _opt(draw, "--set", st.sampled_from(("mtp.depth=1", "mtp.depth=2", "overlap.hidden_fraction=0.5",
                                                  "disagg.kv_transfer_exposed=0", "mtp.acceptance=[0.9, 0.5]")), 4)
+    argv += _opt(draw, "--tpot-ms", st.sampled_from(("20", "50", "200")), 6)
     return argv + ["--format", "json"]
 
 
@@ -578,6 +590,7 @@ def ablate_argv(draw, ws: Workspace) -> list[str]:
     argv = ["ablate", "--hardware", hw, "--scenario", draw(st.sampled_from(("chat-1k-1k", "batch-1k-1k"))),
             "--model", draw(st.sampled_from(("llama3.1-8b", "mixtral-8x7b", "gpt-oss-20b")))]
     argv += ["--lever", draw(st.sampled_from(OPTS + ("nope",)))]  # one lever: three searches, not fifteen
+    argv += draw(limit_flags())
     argv += _opt(draw, "--from-round", st.sampled_from(ROUNDS + ("v9.9", "")), 8)
     argv += ["--format", draw(st.sampled_from(("json", "csv", "table")))]
     argv += _opt(draw, "--plot", out_path(ws, (".png",)), 4)
@@ -615,6 +628,7 @@ def plan_argv(draw, ws: Workspace) -> list[str]:
     argv += [draw(st.sampled_from(("--target-tokens-per-s", "--target-requests-per-s"))),
              draw(number(("1000", "50000")))]
     argv += _opt(draw, "--price-per-hour", number(("0", "2")), 4)
+    argv += draw(limit_flags())
     argv += ["--format", draw(st.sampled_from(("json", "csv", "table", "xml")))]
     argv += _opt(draw, "--out", out_path(ws, (".json", ".csv")), 3)
     argv += _opt(draw, "--plot", out_path(ws, (".png",)), 6)
