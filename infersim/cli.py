@@ -369,14 +369,16 @@ def pareto_cmd(
         raise InfeasibleError(pred.reason or "no configuration fits in memory")
     text = report.to_json(points) if fmt == TableJsonCsv.json else _rows_csv(points)
     if fmt == TableJsonCsv.table:
-        pct = report.percentile_label(pred.to_dict()["limits"])
+        pct = report.percentile_label(pred.to_dict()["limits"])  # the scenario's percentile
         cols = ("tokens/s/user", "tokens/s/accelerator", f"TTFT {pct} ms", f"TPOT {pct} ms", "tp", "pp", "ep", "dp",
                 "batch", "MTP", "disagg", "meets limits")
         rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3,
                  p["tpot_p99_s"] * 1e3, p["tp"], p["pp"], p["ep"], p["dp"], p["batch"], p["mtp_depth"],
                  "yes" if p["disaggregated"] else "no", "yes" if p["meets_limits"] else p["reason"]) for p in points]
+        limits = pred.to_dict()["limits"]
         _console().print(_table(f"Pareto frontier: {pred.inputs.hardware_id} × {pred.accelerators}, {pred.inputs.model_id}, "
-                                f"{pred.inputs.scenario_id}", cols, rows))
+                                f"{pred.inputs.scenario_id}" + (f" · latency limits {report.limits_text(limits)}" if limits else ""),
+                                cols, rows))
     else:
         typer.echo(text.rstrip("\n"))
     if out is not None:
@@ -434,7 +436,9 @@ def ablate_cmd(
             return (r["step"], r["tokens_per_s_per_accelerator"], r["gain"], r["usd_per_million_tokens"],
                     ms(r["ttft_s"]), ms(r["tpot_s"]), lay)
         console = _console()
-        console.print(_table("waterfall (each step re-searches layout, batch and MTP depth)", cols, [fmt_row(r) for r in rows]))
+        limits = f" · latency limits {report.limits_text(result.limits)}" if result.limits else ""
+        console.print(_table("waterfall (each step re-searches layout, batch and MTP depth)" + limits, cols,
+                             [fmt_row(r) for r in rows]))
         if loo:
             console.print(_table("leave one out (gain × = full / without)", cols, [fmt_row(r) for r in loo]))
         for kind, why in result.skipped.items():
@@ -611,7 +615,9 @@ def plan_cmd(**kwargs) -> None:
                                *(round(1e3 * _at_target_or_capacity(r, k), 1) for k in ("ttft_s", "tpot_s")),
                                r["usd_per_hour"], round(r["usd_per_month"]), r["usd_per_million_tokens"],
                                r["usd_per_million_blended_tokens"]))
-        _console().print(_table("capacity plan (cheapest first)", cols, table_rows))
+        limits = next((r["limits"] for r in rows if r.get("limits")), None)
+        _console().print(_table("capacity plan (cheapest first)" + (f" · latency limits {report.limits_text(limits)}" if limits else ""),
+                                cols, table_rows))
     if out is not None:
         files.write_atomic(out, report.to_json(rows) if out.suffix.lower() == ".json" else _rows_csv([_flat(r) for r in rows]))
     if not any(r["feasible"] for r in rows):
