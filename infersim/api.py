@@ -433,7 +433,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
 
 AT_LOAD_KEYS = ("requests_per_s", "occupancy", "occupancy_per_rank", "iteration_s", "decode_iteration_s", "ttft_p50_s",
                 "tpot_p50_s", "capacity_tokens_per_s", "completed_tokens_per_s", "completed_tokens_per_s_per_accelerator",
-                "issue_s", "mean_latency_s")
+                "issue_s", "mean_latency_s", "limit")
 """Extra JSON keys of a prediction at a given load (``--qps``)."""
 
 
@@ -473,6 +473,7 @@ def _at_qps(inputs: Inputs, n: int, res: Result, ij, config, stats, qps, results
     metrics.update(at, tokens_per_s_per_accelerator=at["tokens_per_s"] / n, capacity_tokens_per_s=metrics["tokens_per_s"],
                    completed_tokens_per_s_per_accelerator=at["completed_tokens_per_s"] / n,
                    tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)
+    metrics["limit"] = why  # the first limit the load breaks ('' where every limit holds)
     config["qps"] = qps
     msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {EXPLAIN.get(why, why)}"
     return Prediction(inputs, n, ok, msg, metrics, config, res.breakdown_at(*ij), result=res, index=ij,

@@ -447,6 +447,65 @@ def ablate_cmd(
         ablation.plot(rows, plot, f"{model or scenario} · {hardware} — waterfall")
 
 
+@app.command("curve")
+@handle_errors
+@_writes("curve", "force")
+def curve_cmd(
+    hardware: str = typer.Option(..., "--hardware", "-H", help="Hardware profile ID or YAML file."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model profile ID or file (default: the scenario's)."),
+    scenario: str = typer.Option(..., "--scenario", "-s", help="Server or Interactive scenario ID or YAML file."),
+    accelerators: Optional[int] = typer.Option(None, "--accelerators", "-n", help="Accelerators in the system."),
+    round_: Optional[str] = typer.Option(None, "--round", help="MLPerf round preset (default: latest)."),
+    qps: Optional[str] = typer.Option(None, "--qps", help="Loads, requests/s for the whole system, comma-separated (default: --points loads evenly spaced up to the capacity)."),
+    points: int = typer.Option(10, "--points", help="Without --qps: this many loads up to the capacity's rate, 1-200."),
+    enable: Optional[list[str]] = typer.Option(None, "--enable", help=_ENABLE_HELP),
+    disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
+    dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
+    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
+    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
+    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
+    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
+    fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the points to this file (.csv or .json)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw TTFT and TPOT against the load to this PNG file."),
+    force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
+) -> None:
+    """Latency and throughput against offered load: the capacity-best configuration run at each load."""
+    from . import load_curve, report
+
+    if out is not None:
+        files.check_output_path(out, flag="--out", suffixes=(".csv", ".json"))
+    if plot is not None:
+        files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
+    c = load_curve.curve(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
+                         disable=disable or [], dispatch=dispatch, qps=cli_products._list(qps, float, "--qps"),
+                         points=points, slo=cli_products.slo_overrides(ttft_ms, tpot_ms, e2e_ms, slo_percentile))
+    d = c.to_dict()
+    if fmt == TableJsonCsv.json:
+        typer.echo(report.to_json(d))
+    elif fmt == TableJsonCsv.csv:
+        typer.echo(_rows_csv(d["points"]).rstrip("\n"))
+    else:
+        pct = report.percentile_label(d["limits"])
+        ms = lambda v, nd=1: None if v is None else round(v * 1e3, nd)  # noqa: E731
+        cols = ("requests/s", "of capacity", "tokens/s", "tokens/s/accelerator", "occupancy", "iteration ms",
+                "TTFT p50 ms", f"TTFT {pct} ms", "TPOT p50 ms", f"TPOT {pct} ms", "meets limits")
+        rnd = lambda v, nd: None if v is None else round(v, nd)  # noqa: E731
+        rows = [(round(r["requests_per_s"], 2), f"{r['share_of_capacity']:.0%}", rnd(r["tokens_per_s"], 0),
+                 rnd(r["tokens_per_s_per_accelerator"], 1), rnd(r["occupancy"], 1), ms(r["iteration_s"], 2), ms(r["ttft_p50_s"]),
+                 ms(r["ttft_s"]), ms(r["tpot_p50_s"], 2), ms(r["tpot_s"], 2), "yes" if r["meets_limits"] else r["limit"])
+                for r in d["points"]]
+        cfg = d["config"]
+        title = (f"load curve: {d['hardware']} × {d['accelerators']}, {d['model']}, {d['scenario']} · tp{cfg['tp']} "
+                 f"pp{cfg['pp']} ep{cfg['ep']} dp{cfg['dp']} ×{cfg.get('replicas', 1)} · capacity "
+                 f"{d['capacity_requests_per_s']:.2f} requests/s · latency limits {report.limits_text(d['limits'])}")
+        _console().print(_table(title, cols, rows))
+    if out is not None:
+        files.write_atomic(out, report.to_json(d) if out.suffix.lower() == ".json" else _rows_csv(d["points"]))
+    if plot is not None:
+        load_curve.plot(c, plot, f"{d['model']} · {d['scenario']} · {d['hardware']} × {d['accelerators']}")
+
+
 @app.command("validate")
 @handle_errors
 @_writes("validate", "force")

@@ -636,6 +636,19 @@ def plan_argv(draw, ws: Workspace) -> list[str]:
 
 
 @st.composite
+def curve_argv(draw, ws: Workspace) -> list[str]:
+    argv = ["curve", *draw(system_args(ws))]
+    if draw(st.booleans()):
+        argv += ["--qps", ",".join(draw(st.lists(number(("1", "10", "50")), min_size=1, max_size=3)))]
+    else:
+        argv += _opt(draw, "--points", number(("2", "5")), 2)
+    argv += ["--format", draw(st.sampled_from(("json", "csv", "table")))]
+    argv += _opt(draw, "--out", out_path(ws, (".csv", ".json")), 4)
+    argv += _opt(draw, "--plot", out_path(ws, (".png",)), 6)
+    return argv
+
+
+@st.composite
 def profiles_argv(draw, ws: Workspace) -> list[str]:
     choice = draw(st.integers(0, 5))
     if choice == 0:
@@ -655,7 +668,7 @@ def profiles_argv(draw, ws: Workspace) -> list[str]:
 def argvs(ws: Workspace) -> st.SearchStrategy[list[str]]:
     """A command line for any command, weighted towards run (the most flags)."""
     weights = ((run_argv, 8), (pareto_argv, 3), (profiles_argv, 3), (calibrate_argv, 2), (validate_argv, 1),
-               (ablate_argv, 1), (plan_argv, 1))
+               (ablate_argv, 1), (plan_argv, 1), (curve_argv, 1))
     return st.one_of([make(ws) for make, w in weights for _ in range(w)])
 
 
