@@ -8,6 +8,7 @@ The public API (units are SI: seconds, tokens/s, US$)::
     results = infersim.evaluate(infersim.Query.build("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8))
     rows = infersim.explain(pred)                                         # per-operator step times
     infersim.explain_prompt(pred)["rows"]                                 # and one prompt token's
+    infersim.load_curve("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8, points=5).rows   # latency against load
 
 Heavy parts (validation, calibration, plots) load on first use, so ``import infersim`` stays fast.
 """
@@ -35,6 +36,7 @@ _LAZY = {
     "calibrate": ("accuracy", "calibrate"),
     "waterfall": ("ablation", "waterfall"),
     "frontier_points": ("pareto", "frontier_points"),
+    "load_curve": ("load_curve", "curve"),
     "SpecError": ("errors", "SpecError"),
     "InfeasibleError": ("errors", "InfeasibleError"),
     "Reason": ("errors", "Reason"),
