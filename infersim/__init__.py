@@ -36,7 +36,7 @@ _LAZY = {
     "calibrate": ("accuracy", "calibrate"),
     "waterfall": ("ablation", "waterfall"),
     "frontier_points": ("pareto", "frontier_points"),
-    "load_curve": ("load_curve", "curve"),
+    "load_curve": ("curve", "curve"),
     "SpecError": ("errors", "SpecError"),
     "InfeasibleError": ("errors", "InfeasibleError"),
     "Reason": ("errors", "Reason"),

@@ -471,13 +471,13 @@ def curve_cmd(
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
 ) -> None:
     """Latency and throughput against offered load: the capacity-best configuration run at each load."""
-    from . import load_curve, report
+    from . import curve, report
 
     if out is not None:
         files.check_output_path(out, flag="--out", suffixes=(".csv", ".json"))
     if plot is not None:
         files.check_output_path(plot, flag="--plot", suffixes=PLOT_SUFFIXES, image=True)
-    c = load_curve.curve(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
+    c = curve.curve(hardware, model, scenario, accelerators, round=round_, enable=enable or [],
                          disable=disable or [], dispatch=dispatch, qps=cli_products._list(qps, float, "--qps"),
                          points=points, slo=cli_products.slo_overrides(ttft_ms, tpot_ms, e2e_ms, slo_percentile))
     d = c.to_dict()
@@ -503,7 +503,7 @@ def curve_cmd(
     if out is not None:
         files.write_atomic(out, report.to_json(d) if out.suffix.lower() == ".json" else _rows_csv(d["points"]))
     if plot is not None:
-        load_curve.plot(c, plot, f"{d['model']} · {d['scenario']} · {d['hardware']} × {d['accelerators']}")
+        curve.plot(c, plot, f"{d['model']} · {d['scenario']} · {d['hardware']} × {d['accelerators']}")
 
 
 @app.command("validate")

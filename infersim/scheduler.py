@@ -1899,8 +1899,44 @@ def at_rate(plan: Plan, layout: Layout, rate, stats: WorkloadStats, percentile: 
     top = int(np.argmax(lam))
     saturated = np.asarray(rate > lam[top])
     rising = np.maximum.accumulate(lam[: top + 1])
-    b = float(np.exp(np.interp(min(rate, lam[top]), rising, np.log(axis[: top + 1]))))
-    return server(plan, layout, np.array([b]), stats, percentile, workers), np.array(b), saturated
+    target = min(rate, lam[top])
+    b = float(np.exp(np.interp(target, rising, np.log(axis[: top + 1]))))
+    at = server(plan, layout, np.array([b]), stats, percentile, workers)
+    # the interpolation in log B is exact only at the axis points: a few regula falsi steps (Illinois)
+    # on λ(B) inside the axis cell that brackets the rate put B where λ(B) is the rate, so a capacity's
+    # own rate gives back its placed batch (its limits to 1e-9, not 0.1 % off)
+    k = int(np.searchsorted(rising, target))
+    if 0 < k <= top and rising[k - 1] < target < rising[k] and lam[k - 1] == rising[k - 1] and lam[k] == rising[k]:
+        lo, hi, f_lo, f_hi = np.log(axis[k - 1]), np.log(axis[k]), lam[k - 1] - target, lam[k] - target
+        side = 0
+        for _ in range(RATE_STEPS):
+            f = _rate_of(at) - target
+            if not np.isfinite(f) or abs(f) <= RATE_RTOL * target:
+                break
+            x = np.log(b)
+            if f < 0:
+                lo, f_lo = x, f
+                f_hi = f_hi * 0.5 if side == -1 else f_hi
+                side = -1
+            else:
+                hi, f_hi = x, f
+                f_lo = f_lo * 0.5 if side == 1 else f_lo
+                side = 1
+            b = float(np.exp(lo - f_lo * (hi - lo) / (f_hi - f_lo)))
+            at = server(plan, layout, np.array([b]), stats, percentile, workers)
+    return at, np.array(b), saturated
+
+
+RATE_STEPS = 8
+"""Regula falsi steps of ``at_rate``'s occupancy at a given rate (each one engine evaluation)."""
+RATE_RTOL = 1e-7
+"""``at_rate`` stops where λ(B) is within this share of the rate."""
+
+
+def _rate_of(res) -> float:
+    """The arrival rate an engine result at one occupancy sustains (0 where not finite or all prefill)."""
+    rate, share = float(np.ravel(res.rate)[0]), float(np.ravel(res.prefill_share)[0])
+    return rate if np.isfinite(rate) and share < 1 else 0.0
 
 
 MIN_DURATION_S = 600.0

@@ -7,7 +7,7 @@ PKG = Path(__file__).resolve().parent.parent / "infersim"
 
 ORDER = ["units", "errors", "files", "table_cache", "specs", "graph", "roofline", "torus", "comm", "plan", "parallel", "engine",
          "optimizations", "checks", "query", "serving", "scheduler", "disagg_eval", "disagg_load", "tco", "grid", "infeasible", "search", "report",
-         "api", "runners_up", "pareto", "ablation", "des", "run_settings", "accuracy", "workloads", "at_load", "capacity", "load_curve", "sweep",
+         "api", "runners_up", "pareto", "ablation", "des", "run_settings", "accuracy", "workloads", "at_load", "capacity", "curve", "sweep",
          "cli_products", "cli_profiles", "cli", "__main__", "__init__"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 

@@ -1,4 +1,4 @@
-"""``infersim curve`` / ``load_curve.curve``: the capacity-best configuration run at a list of loads.
+"""``infersim curve`` / ``infersim.load_curve`` (``curve.curve``): the capacity-best configuration run at a list of loads.
 Each point is what ``run --qps`` predicts at that load; the default loads run up to the capacity,
 where the limits still hold; past it the curve names the limit that breaks."""
 
@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from infersim import api, load_curve
+from infersim import api
+from infersim import curve as load_curve
 from infersim.cli import app
 from infersim.errors import SpecError
 
@@ -100,3 +101,37 @@ def test_run_at_a_load_names_the_limit_it_breaks(runner):
     r = runner.invoke(app, ["run", "-H", "b200", "-m", "llama3.1-70b", "-s", "chat-1k-1k", "-n", "8", "--qps", "50",
                             "--format", "json"])
     assert r.exit_code == 1 and json.loads(r.stdout)["limit"] == "SLO_TPOT"
+
+
+@pytest.mark.parametrize("system", [("h200-sxm", "llama3.1-70b", "chat-1k-1k", 8), SYSTEM,
+                                    ("h200-sxm", None, "mlperf-llama2-70b-server", 8)],
+                         ids=["h200-chat", "b200-chat", "h200-llama2-server"])
+def test_the_capacity_rate_gives_back_the_capacity_point(system):
+    """``scheduler.at_rate`` inverts the rate to the occupancy exactly (regula falsi inside the axis
+    cell), so the capacity's own rate gives back its placed batch: the same latencies, within the
+    limits (the interpolation alone had put one of these 0.15 % over its TPOT limit)."""
+    cap = api.predict(*system)
+    at = api.at_load(cap, cap.metrics["requests_per_s"])
+    assert at.feasible, at.reason
+    for key in ("ttft_s", "tpot_s"):
+        assert at.metrics[key] == pytest.approx(cap.metrics[key], rel=1e-6), key
+
+
+def test_the_command_runs_in_a_fresh_interpreter(tmp_path):
+    """In a new process (nothing imported before the command): the module behind ``infersim curve``
+    and the public ``infersim.load_curve`` must not shadow each other."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "infersim", "curve", "-H", "b200", "-m", "llama3.1-70b", "-s",
+                        "chat-1k-1k", "-n", "8", "--points", "2", "--format", "json"], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["points"]) == 2
+    code = "import infersim; print(len(infersim.load_curve('b200', 'llama3.1-70b', 'chat-1k-1k', 8, points=2).rows))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "2", r.stderr
