@@ -16,7 +16,8 @@ from . import scheduler, search
 from .errors import InfeasibleError, Reason, SpecError
 from .graph import resolve_formats
 from .grid import Result, latency_limits
-from .infeasible import EXPLAIN, closest_to_limits, infeasible_message, latency_figure
+from .infeasible import closest_to_limits, infeasible_message, latency_figure, scenario_percentile
+from .infeasible import explain as explain_code
 from .plan import Plan, SearchSpace, Serving
 from .query import (Inputs, LayoutRequest, Query, Software, axis_values, default_accelerators, limits_dict,
                     load_inputs)
@@ -409,7 +410,7 @@ def predict(query: Query | None = None, /, *args, raise_infeasible: bool = False
         last = results[-1] if results else None
         reasons = last.reasons() if last is not None else {}
         top = max(reasons.items(), key=lambda kv: kv[1])[0] if reasons else "NO_LAYOUT"
-        msg = infeasible_message(top, reasons, n)
+        msg = infeasible_message(top, reasons, n, scenario_percentile(query.inputs.scenario))
         near = closest_to_limits(results, query.inputs.scenario)
         breakdown: dict[str, Any] = {"reasons": reasons}
         if near is not None:
@@ -475,7 +476,8 @@ def _at_qps(inputs: Inputs, n: int, res: Result, ij, config, stats, qps, results
                    tokens_per_s_per_user=1.0 / at["tpot_mean_s"] if at["tpot_mean_s"] > 0 else 0.0)
     metrics["limit"] = why  # the first limit the load breaks ('' where every limit holds)
     config["qps"] = qps
-    msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {EXPLAIN.get(why, why)}"
+    pct = scenario_percentile(inputs.scenario)
+    msg = "" if ok else f"at {qps:g} requests/s on {n} accelerators: {explain_code(why, pct)}"
     return Prediction(inputs, n, ok, msg, metrics, config, res.breakdown_at(*ij), result=res, index=ij,
                       results=results, skipped=skipped)
 

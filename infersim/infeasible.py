@@ -26,6 +26,22 @@ EXPLAIN = {
 _LIMIT_NAMES = {"ttft_p99": "p99 TTFT", "tpot_p99": "p99 TPOT", "e2e_p99": "p99 end-to-end latency"}
 
 
+def explain(code: str, percentile: float = 99.0) -> str:
+    """``EXPLAIN[code]`` (the code itself where unknown) with its latency percentile the scenario's."""
+    return _at_percentile(EXPLAIN.get(code, code), percentile)
+
+
+def _at_percentile(text: str, percentile: float) -> str:
+    """``text`` with "p99" (the names above are written at MLPerf's percentile) as ``percentile``."""
+    return text if percentile == 99.0 else text.replace("p99 ", f"p{percentile:g} ")
+
+
+def scenario_percentile(scenario) -> float:
+    """The percentile a scenario's latency limits apply to (99 where it has none)."""
+    slo = getattr(scenario, "slo", None)
+    return 99.0 if slo is None else float(slo.percentile)
+
+
 def latency_figure(res: Result, key: str) -> np.ndarray:
     """A ``ServingResult`` latency field over the whole grid of ``res``."""
     return np.broadcast_to(np.asarray(getattr(res.serving, key), dtype=float), res.ok.shape)
@@ -74,12 +90,13 @@ def closest_to_limits(results: list[Result], scenario) -> dict[str, Any] | None:
     where = " · ".join(f"{name} {v}" for name, v in lay.items())
     where, unit = (f"decode workers {where}", "decode worker") if disaggregated else (where, "instance")
     text = (f"closest: {where}, batch {batch:g} per {unit} ({', '.join(res.plan.applied) or 'no optimizations'}): "
-            f"{_LIMIT_NAMES.get(key, key)} {value * 1e3:,.1f} ms against the {limit_s * 1e3:,.1f} ms limit "
+            f"{_at_percentile(_LIMIT_NAMES.get(key, key), scenario_percentile(scenario))} {value * 1e3:,.1f} ms against "
+            f"the {limit_s * 1e3:,.1f} ms limit "
             f"({100 * (ratio - 1):+.1f} %)")
     return {**lay, "batch": batch, "disaggregated": disaggregated, "optimizations": list(res.plan.applied),
             "limit": key, "value_s": value, "limit_s": limit_s, "over_pct": 100 * (ratio - 1), "text": text}
 
 
-def infeasible_message(top: str, reasons: dict[str, int], n: int) -> str:
+def infeasible_message(top: str, reasons: dict[str, int], n: int, percentile: float = 99.0) -> str:
     detail = ", ".join(f"{k} {v}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]))
-    return f"nothing fits on {n} accelerators: {EXPLAIN.get(top, top)} (rejected points: {detail or 'none'})"
+    return f"nothing fits on {n} accelerators: {explain(top, percentile)} (rejected points: {detail or 'none'})"

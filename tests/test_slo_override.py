@@ -147,3 +147,13 @@ def test_sweep_limit_axes_give_run_s_answers(runner, tmp_path):
     assert r.exit_code == 0, r.output
     row = next(csv.DictReader(open(offline)))
     assert math.isnan(float(row["ttft_limit_ms"])) and math.isnan(float(row["tpot_limit_ms"]))
+
+
+def test_messages_name_the_scenario_s_percentile(runner):
+    r = runner.invoke(app, ["run", "-H", HW, "-m", MODEL, "-s", SC, "-n", "8", "--tpot-ms", "1", "--slo-percentile", "90"])
+    assert r.exit_code == 1
+    assert "p90 TPOT limit" in r.output and "p90 TPOT" in r.output.split("closest:")[1] and "p99" not in r.output
+    at = runner.invoke(app, ["run", "-H", HW, "-m", MODEL, "-s", SC, "-n", "8", "--qps", "500", "--slo-percentile", "90"])
+    assert at.exit_code == 1 and "p99" not in at.output
+    plain = runner.invoke(app, ["run", "-H", HW, "-m", MODEL, "-s", SC, "-n", "8", "--tpot-ms", "1"])
+    assert "p99 TPOT limit" in plain.output
