@@ -326,8 +326,8 @@ def _rows_csv(rows: list[dict]) -> str:
 
     buf = io.StringIO()
     flat = [{k: (json.dumps(v) if isinstance(v, dict) else v) for k, v in r.items()} for r in rows]
-    if flat:
-        writer = csv.DictWriter(buf, fieldnames=list(flat[0]))
+    if flat:  # every row's columns, in the order first seen (a row without some leaves them empty)
+        writer = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in flat for k in r)))
         writer.writeheader()
         writer.writerows(flat)
     return buf.getvalue()
@@ -691,10 +691,14 @@ def _at_target_or_capacity(row: dict, key: str) -> float:
 
 
 def _flat(row: dict) -> dict:
-    """A plan row with its nested layout flattened into columns (for CSV)."""
+    """A plan row with its nested layout, the figures at the target load and the latency limits
+    flattened into columns (for CSV)."""
     flat = {k: v for k, v in row.items() if not isinstance(v, (dict, list))}
     flat.update({f"layout_{k}": v for k, v in row.get("layout", {}).items()})
     flat["optimizations"] = ",".join(row.get("optimizations", []))
+    flat.update({f"at_target_{k}": v for k, v in (row.get("at_target") or {}).items()})
+    flat.pop("limits", None)  # None for Offline: the limit columns below are empty then
+    flat.update({f"limit_{k}": (row.get("limits") or {}).get(k) for k in ("ttft_ms", "tpot_ms", "e2e_ms", "percentile")})
     return flat
 
 

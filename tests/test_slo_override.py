@@ -157,3 +157,22 @@ def test_messages_name_the_scenario_s_percentile(runner):
     assert at.exit_code == 1 and "p99" not in at.output
     plain = runner.invoke(app, ["run", "-H", HW, "-m", MODEL, "-s", SC, "-n", "8", "--tpot-ms", "1"])
     assert "p99 TPOT limit" in plain.output
+
+
+def test_plan_csv_carries_the_figures_at_target_and_the_limits(runner):
+    r = runner.invoke(app, ["plan", "-H", f"{HW},b200", "-m", MODEL, "-s", SC, "--target-tokens-per-s", "50000",
+                            "--tpot-ms", "30", "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    rows = list(csv.DictReader(r.stdout.splitlines()))
+    assert len(rows) == 2
+    for row in rows:
+        assert float(row["limit_tpot_ms"]) == 30.0 and float(row["limit_ttft_ms"]) == 1000.0
+        assert row["at_target_meets_limits"] == "True" and float(row["at_target_tpot_s"]) <= 0.030
+
+
+def test_csv_rows_keep_every_column_whatever_the_first_row_has():
+    from infersim.cli import _rows_csv
+
+    text = _rows_csv([{"hardware": "x", "feasible": False}, {"hardware": "y", "feasible": True, "accelerators": 8}])
+    rows = list(csv.DictReader(text.splitlines()))
+    assert rows[0]["accelerators"] == "" and rows[1]["accelerators"] == "8"
