@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +32,15 @@ def test_public_api_lists_and_resolves_every_name():
         infersim.__all__)
     for name in infersim.__all__:
         assert getattr(infersim, name) is not None
+
+
+def test_no_public_name_shadows_a_module():
+    """A lazy public name equal to a submodule's would replace it on the package: ``from infersim
+    import X`` (as the CLI imports its modules) would get the function in a fresh process and the
+    module once something had imported it (``infersim curve`` failed so, the fortieth session)."""
+    pkg = Path(infersim.__file__).resolve().parent
+    modules = {p.stem for p in pkg.glob("*.py")} | {p.name for p in pkg.iterdir() if (p / "__init__.py").exists()}
+    assert not set(infersim.__all__) & modules
 
 
 def test_import_is_light_and_lists_the_api():
