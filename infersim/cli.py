@@ -30,6 +30,7 @@ from . import __version__, checks, cli_products, files
 from .cli_profiles import LIST_COLUMNS, derived, detect_kind, fmt, list_row
 from .errors import InfeasibleError, SpecError
 from .specs import catalog
+from .specs.scenario import SLO_FIELDS as LIMIT_FIELDS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -250,10 +251,10 @@ def run_cmd(
     samples: Optional[int] = typer.Option(None, "--samples", help="With --qps: queries LoadGen issues (issue time = samples / qps) for the completed tokens/s; default the 600 s minimum run."),
     top: int = typer.Option(0, "--top", help="Also list the N best other configurations the search evaluated (layout and optimizations, best batch each, what stops it), 1-100."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
-    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
-    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
-    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
-    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
+    ttft_ms: cli_products.TtftMs = None,
+    tpot_ms: cli_products.TpotMs = None,
+    e2e_ms: cli_products.E2eMs = None,
+    slo_percentile: cli_products.SloPercentile = None,
 ) -> None:
     """Predict the best operating point (searching unset layout flags) for one system."""
     from . import api, checks, report, tco, workloads
@@ -349,10 +350,10 @@ def pareto_cmd(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the frontier to this PNG file."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
-    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
-    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
-    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
-    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
+    ttft_ms: cli_products.TtftMs = None,
+    tpot_ms: cli_products.TpotMs = None,
+    e2e_ms: cli_products.E2eMs = None,
+    slo_percentile: cli_products.SloPercentile = None,
 ) -> None:
     """Tokens/s per accelerator vs tokens/s per user over every configuration that fits (Pareto frontier)."""
     from . import api, pareto, report
@@ -369,16 +370,15 @@ def pareto_cmd(
         raise InfeasibleError(pred.reason or "no configuration fits in memory")
     text = report.to_json(points) if fmt == TableJsonCsv.json else _rows_csv(points)
     if fmt == TableJsonCsv.table:
-        pct = report.percentile_label(pred.to_dict()["limits"])  # the scenario's percentile
+        limits = pred.to_dict()["limits"]
+        pct = report.percentile_label(limits)  # the scenario's percentile
         cols = ("tokens/s/user", "tokens/s/accelerator", f"TTFT {pct} ms", f"TPOT {pct} ms", "tp", "pp", "ep", "dp",
                 "batch", "MTP", "disagg", "meets limits")
         rows = [(p["tokens_per_s_per_user"], p["tokens_per_s_per_accelerator"], p["ttft_p99_s"] * 1e3,
                  p["tpot_p99_s"] * 1e3, p["tp"], p["pp"], p["ep"], p["dp"], p["batch"], p["mtp_depth"],
                  "yes" if p["disaggregated"] else "no", "yes" if p["meets_limits"] else p["reason"]) for p in points]
-        limits = pred.to_dict()["limits"]
         _console().print(_table(f"Pareto frontier: {pred.inputs.hardware_id} × {pred.accelerators}, {pred.inputs.model_id}, "
-                                f"{pred.inputs.scenario_id}" + (f" · latency limits {report.limits_text(limits)}" if limits else ""),
-                                cols, rows))
+                                f"{pred.inputs.scenario_id}{report.limits_suffix(limits)}", cols, rows))
     else:
         typer.echo(text.rstrip("\n"))
     if out is not None:
@@ -403,10 +403,10 @@ def ablate_cmd(
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw the waterfall to this PNG file."),
     force: bool = typer.Option(False, "--force", help=_FORCE_HELP),
-    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
-    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
-    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
-    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
+    ttft_ms: cli_products.TtftMs = None,
+    tpot_ms: cli_products.TpotMs = None,
+    e2e_ms: cli_products.E2eMs = None,
+    slo_percentile: cli_products.SloPercentile = None,
 ) -> None:
     """Add optimizations one at a time (waterfall) and remove them one at a time (leave-one-out)."""
     from . import ablation, report
@@ -436,9 +436,8 @@ def ablate_cmd(
             return (r["step"], r["tokens_per_s_per_accelerator"], r["gain"], r["usd_per_million_tokens"],
                     ms(r["ttft_s"]), ms(r["tpot_s"]), lay)
         console = _console()
-        limits = f" · latency limits {report.limits_text(result.limits)}" if result.limits else ""
-        console.print(_table("waterfall (each step re-searches layout, batch and MTP depth)" + limits, cols,
-                             [fmt_row(r) for r in rows]))
+        console.print(_table("waterfall (each step re-searches layout, batch and MTP depth)"
+                             + report.limits_suffix(result.limits), cols, [fmt_row(r) for r in rows]))
         if loo:
             console.print(_table("leave one out (gain × = full / without)", cols, [fmt_row(r) for r in loo]))
         for kind, why in result.skipped.items():
@@ -461,10 +460,10 @@ def curve_cmd(
     enable: Optional[list[str]] = typer.Option(None, "--enable", help=_ENABLE_HELP),
     disable: Optional[list[str]] = typer.Option(None, "--disable", help="Turn an optimization off (repeatable)."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=cli_products.DISPATCH_HELP),
-    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=cli_products.TTFT_HELP),
-    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=cli_products.TPOT_HELP),
-    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=cli_products.E2E_HELP),
-    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=cli_products.PERCENTILE_HELP),
+    ttft_ms: cli_products.TtftMs = None,
+    tpot_ms: cli_products.TpotMs = None,
+    e2e_ms: cli_products.E2eMs = None,
+    slo_percentile: cli_products.SloPercentile = None,
     fmt: TableJsonCsv = typer.Option(TableJsonCsv.table, "--format", help="table, json or csv."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the points to this file (.csv or .json)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw TTFT and TPOT against the load to this PNG file."),
@@ -487,10 +486,10 @@ def curve_cmd(
         typer.echo(_rows_csv(d["points"]).rstrip("\n"))
     else:
         pct = report.percentile_label(d["limits"])
-        ms = lambda v, nd=1: None if v is None else round(v * 1e3, nd)  # noqa: E731
+        rnd = lambda v, nd, scale=1.0: None if v is None else round(v * scale, nd)  # noqa: E731
+        ms = lambda v, nd=1: rnd(v, nd, 1e3)  # noqa: E731
         cols = ("requests/s", "of capacity", "tokens/s", "tokens/s/accelerator", "occupancy", "iteration ms",
                 "TTFT p50 ms", f"TTFT {pct} ms", "TPOT p50 ms", f"TPOT {pct} ms", "meets limits")
-        rnd = lambda v, nd: None if v is None else round(v, nd)  # noqa: E731
         rows = [(round(r["requests_per_s"], 2), f"{r['share_of_capacity']:.0%}", rnd(r["tokens_per_s"], 0),
                  rnd(r["tokens_per_s_per_accelerator"], 1), rnd(r["occupancy"], 1), ms(r["iteration_s"], 2), ms(r["ttft_p50_s"]),
                  ms(r["ttft_s"]), ms(r["tpot_p50_s"], 2), ms(r["tpot_s"], 2), "yes" if r["meets_limits"] else r["limit"])
@@ -498,7 +497,7 @@ def curve_cmd(
         cfg = d["config"]
         title = (f"load curve: {d['hardware']} × {d['accelerators']}, {d['model']}, {d['scenario']} · tp{cfg['tp']} "
                  f"pp{cfg['pp']} ep{cfg['ep']} dp{cfg['dp']} ×{cfg.get('replicas', 1)} · capacity "
-                 f"{d['capacity_requests_per_s']:.2f} requests/s · latency limits {report.limits_text(d['limits'])}")
+                 f"{d['capacity_requests_per_s']:.2f} requests/s{report.limits_suffix(d['limits'])}")
         _console().print(_table(title, cols, rows))
     if out is not None:
         files.write_atomic(out, report.to_json(d) if out.suffix.lower() == ".json" else _rows_csv(d["points"]))
@@ -657,7 +656,8 @@ def plan_cmd(**kwargs) -> None:
     else:
         # latencies at the target load where predicted (Server / Interactive), else at capacity
         at_target = any(r.get("at_target") for r in rows)
-        pct = report.percentile_label(next((r["limits"] for r in rows if r.get("limits")), None))
+        limits = next((r["limits"] for r in rows if r.get("limits")), None)
+        pct = report.percentile_label(limits)
         cols = ("hardware", "accelerators", "domains", "layout", "capacity tokens/s", "headroom %",
                 f"TTFT {pct} ms at target" if at_target else f"TTFT {pct} ms",
                 f"TPOT {pct} ms at target" if at_target else f"TPOT {pct} ms", "$/hour", "$/month", "$/M out",
@@ -674,9 +674,7 @@ def plan_cmd(**kwargs) -> None:
                                *(round(1e3 * _at_target_or_capacity(r, k), 1) for k in ("ttft_s", "tpot_s")),
                                r["usd_per_hour"], round(r["usd_per_month"]), r["usd_per_million_tokens"],
                                r["usd_per_million_blended_tokens"]))
-        limits = next((r["limits"] for r in rows if r.get("limits")), None)
-        _console().print(_table("capacity plan (cheapest first)" + (f" · latency limits {report.limits_text(limits)}" if limits else ""),
-                                cols, table_rows))
+        _console().print(_table("capacity plan (cheapest first)" + report.limits_suffix(limits), cols, table_rows))
     if out is not None:
         files.write_atomic(out, report.to_json(rows) if out.suffix.lower() == ".json" else _rows_csv([_flat(r) for r in rows]))
     if not any(r["feasible"] for r in rows):
@@ -698,7 +696,7 @@ def _flat(row: dict) -> dict:
     flat["optimizations"] = ",".join(row.get("optimizations", []))
     flat.update({f"at_target_{k}": v for k, v in (row.get("at_target") or {}).items()})
     flat.pop("limits", None)  # None for Offline: the limit columns below are empty then
-    flat.update({f"limit_{k}": (row.get("limits") or {}).get(k) for k in ("ttft_ms", "tpot_ms", "e2e_ms", "percentile")})
+    flat.update({f"limit_{k}": (row.get("limits") or {}).get(k) for k in LIMIT_FIELDS})
     return flat
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,15 +18,19 @@ DISPATCH_HELP = ("How the front end hands requests to the instances (Server/Inte
 """``--dispatch``'s help on ``run``, ``pareto`` and ``plan``."""
 
 
-TTFT_HELP = "Replace the scenario's TTFT limit, ms (Server/Interactive)."
-TPOT_HELP = "Replace the scenario's TPOT limit, ms (Server/Interactive)."
-E2E_HELP = "Replace the scenario's end-to-end latency limit, ms (Server/Interactive)."
-PERCENTILE_HELP = "Replace the percentile the latency limits apply to, e.g. 90 (default: the scenario's, 99 for MLPerf)."
+# the latency-limit flags every command that searches takes (``query.apply_slo``)
+TtftMs = Annotated[Optional[float], typer.Option("--ttft-ms", help="Replace the scenario's TTFT limit, ms (Server/Interactive).")]
+TpotMs = Annotated[Optional[float], typer.Option("--tpot-ms", help="Replace the scenario's TPOT limit, ms (Server/Interactive).")]
+E2eMs = Annotated[Optional[float], typer.Option("--e2e-ms", help="Replace the scenario's end-to-end latency limit, ms "
+                                                                 "(Server/Interactive).")]
+SloPercentile = Annotated[Optional[float], typer.Option("--slo-percentile", help="Replace the percentile the latency "
+                                                        "limits apply to, e.g. 90 (default: the scenario's, 99 for MLPerf).")]
 
 
 def slo_overrides(ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None = None,
                   percentile: float | None = None) -> dict | None:
-    """The latency-limit flags as ``query.apply_slo``'s mapping (None where none is given)."""
+    """The latency-limit flags given, as ``query.apply_slo``'s mapping (None where none is given:
+    ``capacity.plan`` checks the limits up front only then)."""
     d = {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "e2e_ms": e2e_ms, "percentile": percentile}
     return {k: v for k, v in d.items() if v is not None} or None
 
@@ -180,10 +184,10 @@ def plan_cmd(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the plan to this .json or .csv file."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Bar chart of US$/month per candidate (PNG)."),
     dispatch: Optional[str] = typer.Option(None, "--dispatch", help=DISPATCH_HELP),
-    ttft_ms: Optional[float] = typer.Option(None, "--ttft-ms", help=TTFT_HELP),
-    tpot_ms: Optional[float] = typer.Option(None, "--tpot-ms", help=TPOT_HELP),
-    e2e_ms: Optional[float] = typer.Option(None, "--e2e-ms", help=E2E_HELP),
-    slo_percentile: Optional[float] = typer.Option(None, "--slo-percentile", help=PERCENTILE_HELP),
+    ttft_ms: TtftMs = None,
+    tpot_ms: TpotMs = None,
+    e2e_ms: E2eMs = None,
+    slo_percentile: SloPercentile = None,
 ) -> list:
     """Fewest accelerators (and cost) of each candidate hardware that serve a target load within the limits."""
     from . import capacity

@@ -33,37 +33,38 @@ class LoadCurve:
                 "points": self.rows}
 
 
-def loads(capacity_rps: float, qps: list[float] | None, points: int) -> list[float]:
-    """The loads to evaluate: ``qps`` as given (checked), else ``points`` evenly spaced up to the
-    capacity's rate (the last one the capacity itself)."""
+def check_loads(qps: list[float] | None, points: int) -> None:
+    """Bad input before any search: ``qps`` (requests/s, at most ``MAX_POINTS``) or ``points``."""
     if qps:
         if len(qps) > MAX_POINTS:
             raise SpecError(f"--qps takes at most {MAX_POINTS} loads (got {len(qps)})")
         for x in qps:
             if not (math.isfinite(x) and 0 < x <= 1e9):
                 raise SpecError(f"--qps values must be in (0, 1e9] requests/s (got {x})")
-        return sorted(set(float(x) for x in qps))
-    if not 1 <= points <= MAX_POINTS:
+    elif not 1 <= points <= MAX_POINTS:
         raise SpecError(f"--points must be in [1, {MAX_POINTS}] (got {points})")
-    return [capacity_rps * (i + 1) / points for i in range(points)]
 
 
 def curve(*args, qps: list[float] | None = None, points: int = 10, **kwargs) -> LoadCurve:
-    """The capacity-best configuration of the system ``args`` / ``kwargs`` describe (``api.predict``'s
-    CLI-style arguments) run at each load of ``loads(...)``; raises ``InfeasibleError`` where nothing
-    meets the limits at any load (there is no configuration to run) and ``SpecError`` for an Offline
-    scenario (no arrival rate)."""
+    """The capacity-best configuration of the system ``args`` / ``kwargs`` describe (``Query.build``'s
+    CLI-style arguments) run at each load: ``qps`` as given, else ``points`` loads evenly spaced up to
+    the capacity's rate (the last one the capacity itself). Raises ``SpecError`` for bad loads or an
+    Offline scenario (no arrival rate), both before the search, and ``InfeasibleError`` where nothing
+    meets the limits at any load (there is no configuration to run)."""
     from . import api
+    from .query import Query
 
-    pred = api.predict(*args, **kwargs)
-    if getattr(pred.inputs.scenario, "slo", None) is None:
-        raise SpecError(f"scenario '{pred.inputs.scenario_id}' is offline: a load curve needs a server or interactive "
+    check_loads(qps, points)
+    query = Query.build(*args, **kwargs)
+    if getattr(query.inputs.scenario, "slo", None) is None:
+        raise SpecError(f"scenario '{query.inputs.scenario_id}' is offline: a load curve needs a server or interactive "
                         "scenario (requests arriving at a rate)")
+    pred = api.predict(query)
     if not pred.feasible:
         raise InfeasibleError(pred.reason)
     cap = float(pred.metrics["requests_per_s"])
     out = LoadCurve(pred)
-    for x in loads(cap, qps, points):
+    for x in sorted(set(map(float, qps))) if qps else [cap * (i + 1) / points for i in range(points)]:
         m = api.at_load(pred, x).metrics
         stalled = m["limit"] in STALLED
         row = {"requests_per_s": x, "share_of_capacity": x / cap, "meets_limits": m["limit"] == "",

@@ -17,7 +17,7 @@ from .optimizations.presets import LATEST, PresetSpec, load_preset, resolve_roun
 from .specs import catalog
 from .specs.hardware import HardwareSpec
 from .specs.model import ModelSpec
-from .specs.scenario import MAX_TOKENS, MIN_TOKENS, LengthSpec
+from .specs.scenario import MAX_TOKENS, MIN_TOKENS, SLO_FIELDS, LengthSpec
 
 MAX_ACCELERATORS = 1_000_000
 
@@ -37,7 +37,8 @@ class Inputs:
 SLO_FLAGS = {"ttft_ms": ("--ttft-ms", 1e7), "tpot_ms": ("--tpot-ms", 1e6), "e2e_ms": ("--e2e-ms", 1e8),
              "percentile": ("--slo-percentile", 100.0)}
 """Latency-limit overrides (``SloSpec`` field → CLI flag and upper bound: ms, the percentile below
-100)."""
+100; the spec's own bounds)."""
+assert tuple(SLO_FLAGS) == SLO_FIELDS
 
 
 def apply_slo(scenario, scenario_id: str, slo: Mapping[str, float | None] | None):
@@ -68,9 +69,7 @@ def limits_dict(scenario) -> dict[str, float | None] | None:
     """The latency limits in force for ``scenario`` (its ``slo``), as the JSON outputs report them;
     None for an Offline scenario."""
     slo = getattr(scenario, "slo", None)
-    if slo is None:
-        return None
-    return {"ttft_ms": slo.ttft_ms, "tpot_ms": slo.tpot_ms, "e2e_ms": slo.e2e_ms, "percentile": slo.percentile}
+    return None if slo is None else {k: getattr(slo, k) for k in SLO_FIELDS}
 
 
 def load_inputs(hardware, model, scenario, *, isl: float | None = None, osl: float | None = None,

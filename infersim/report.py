@@ -62,6 +62,11 @@ def limits_text(limits: dict[str, Any]) -> str:
     return f"p{limits['percentile']:g}: " + " · ".join(parts)
 
 
+def limits_suffix(limits: dict[str, Any] | None) -> str:
+    """' · latency limits p99: TTFT ≤ …' for a table title ('' without limits, Offline)."""
+    return f" · latency limits {limits_text(limits)}" if limits else ""
+
+
 def prediction_tables(d: dict[str, Any]) -> list[Table]:
     """Tables for ``Prediction.to_dict()``: headline, configuration, time breakdown."""
     c = d["config"]

@@ -190,6 +190,10 @@ class SloSpec(Spec):
         return self
 
 
+SLO_FIELDS = tuple(SloSpec.model_fields)
+"""``SloSpec``'s fields, in order: what a latency-limit override may set and the outputs report."""
+
+
 class PrecisionSpec(Spec):
     """Numeric formats. 'auto' picks the narrowest format the hardware runs natively."""
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import api
 from ..grid import LAYOUT_AXES, METRICS, Result
-from ..query import Query
+from ..query import Query, limits_dict
 from .spec import Cell
 
 CATEGORY_COLUMNS = ("hardware", "model", "scenario", "round", "optimizations", "params", "dispatch")
@@ -22,10 +22,9 @@ COLUMNS = CATEGORY_COLUMNS + NUMBER_COLUMNS
 
 def _limit_columns(scenario) -> dict[str, float]:
     """The TTFT and TPOT limits in force, ms (NaN: none, e.g. Offline)."""
-    slo = getattr(scenario, "slo", None)
-    nan = float("nan")
-    return {"ttft_limit_ms": nan if slo is None or slo.ttft_ms is None else float(slo.ttft_ms),
-            "tpot_limit_ms": nan if slo is None or slo.tpot_ms is None else float(slo.tpot_ms)}
+    limits = limits_dict(scenario) or {}
+    return {column: float("nan") if limits.get(key) is None else float(limits[key])
+            for column, key in (("ttft_limit_ms", "ttft_ms"), ("tpot_limit_ms", "tpot_ms"))}
 
 
 def query_for(cell: Cell) -> Query:

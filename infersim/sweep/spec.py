@@ -18,6 +18,7 @@ from .. import optimizations as opt
 from ..checks import check_param
 from ..optimizations.presets import Dispatch
 from ..errors import SpecError
+from ..query import SLO_FLAGS
 from ..specs._base import Spec, load_spec
 
 Keep = Literal["best", "pareto", "all"]
@@ -113,7 +114,8 @@ class SweepSpec(Spec):
                 raise ValueError(f"{name}: values must be in (0, 1e7] tokens")
         if any(v is not None and v < 0 for v in self.price_per_hour):
             raise ValueError("price_per_hour: values must be >= 0 US$")
-        for name, top in (("ttft_ms", 1e7), ("tpot_ms", 1e6)):
+        for name in ("ttft_ms", "tpot_ms"):
+            top = SLO_FLAGS[name][1]
             if any(v is not None and not 0 < v <= top for v in getattr(self, name)):
                 raise ValueError(f"{name}: values must be in (0, {top:,.0f}] ms")
         return self
@@ -185,10 +187,9 @@ class Cell:
     tpot_ms: float | None = None
     """TPOT limit replacing the scenario's, ms (None: the scenario's)."""
 
-    def slo(self) -> dict[str, float] | None:
-        """The cell's latency-limit overrides (``query.apply_slo``), None without any."""
-        d = {k: v for k, v in (("ttft_ms", self.ttft_ms), ("tpot_ms", self.tpot_ms)) if v is not None}
-        return d or None
+    def slo(self) -> dict[str, float | None]:
+        """The cell's latency-limit overrides (``query.apply_slo``: None keeps the scenario's)."""
+        return {"ttft_ms": self.ttft_ms, "tpot_ms": self.tpot_ms}
 
     def param_overrides(self) -> dict[str, dict[str, Any]]:
         """``params`` as ``Query.build``'s {kind: {param: value}}."""
